@@ -1,0 +1,66 @@
+/**
+ * Hand-written types of the raw addon (native/). Internal: public classes in src/engine and
+ * src/recsys wrap these and own validation, defaults and lifecycle.
+ */
+
+/** A tensor crossing the boundary. int64 data travels as BigInt64Array. */
+export interface RawTensor {
+  dtype: "float32" | "float64" | "int32" | "int64" | "bool";
+  shape: number[];
+  data: Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array;
+}
+
+/** Argument of a TorchScript method call: a tensor, or a scalar (int when integral). */
+export type RawValue = RawTensor | number | boolean | RawValue[];
+
+export interface RawLoadOptions {
+  /** "cpu", "cuda" or "cuda:N". */
+  device: string;
+  /** Names of extra files to read from the checkpoint archive ("config.json", ...). */
+  extraFiles?: string[];
+  /** Intra-op threads of the model's inference thread; 0 = libtorch default. */
+  threads?: number;
+}
+
+/** Any TorchScript module: methods called off the JS thread, one call at a time. */
+export interface RawModule {
+  /** Extra files read at load; a requested file absent from the archive is missing here. */
+  readonly extraFiles: Record<string, string>;
+  readonly device: string;
+  /** Calls `method`; tuples and lists come back as arrays. */
+  run(method: string, args: RawValue[]): Promise<RawValue>;
+  dispose(): Promise<void>;
+}
+
+export interface RawGenerateRow {
+  /** Prompt token ids, already truncated to fit by the caller or not: the addon keeps the most recent. */
+  tokens: Int32Array;
+  maxNewTokens: number;
+  /** <= 1e-5 means greedy. */
+  temperature: number;
+  /** 0 means the whole vocabulary. */
+  topK: number;
+  /** >= 0 makes sampling reproducible; -1 draws a seed. */
+  seed: number;
+}
+
+export interface RawGeneration {
+  /** Generated token ids per row (end-of-sequence excluded). Rejects with a coded Error. */
+  readonly result: Promise<Int32Array[]>;
+  /** Stops one row (or every row) at the next decode step. */
+  cancel(row?: number): void;
+}
+
+/** A checkpoint following docs/checkpoint.md, with its inference thread. */
+export interface RawLanguageModel extends RawModule {
+  /** Queues a job on the model's inference thread. `onTokens` receives (row, token) pairs. */
+  generate(rows: RawGenerateRow[], onTokens: ((pairs: Int32Array) => void) | null): RawGeneration;
+}
+
+export interface RawAddon {
+  readonly torchVersion: string;
+  readonly cudaAvailable: boolean;
+  readonly cudaDeviceCount: number;
+  loadModule(path: string, options: RawLoadOptions): Promise<RawModule>;
+  loadLanguageModel(path: string, options: RawLoadOptions): Promise<RawLanguageModel>;
+}
