@@ -34,7 +34,8 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 256
     dropout: float = 0.0
-    bias: bool = True
+    bias: bool = True              # biases in Linear layers (LayerNorm always has one)
+    gelu: str = "tanh"             # "tanh" (GPT-2) or "none" (exact erf GELU, nanoGPT)
 
     def to_dict(self):
         return asdict(self)
@@ -94,9 +95,10 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.gelu = cfg.gelu
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.gelu))
 
 
 class Block(nn.Module):
