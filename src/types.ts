@@ -17,11 +17,19 @@ export interface GenerateRequest {
   signal?: AbortSignal;
 }
 
+/** Running totals an engine may report; the HTTP app exposes them as metrics. */
+export interface EngineUsage {
+  promptTokens: number;
+  generatedTokens: number;
+}
+
 export interface TextGenerationEngine {
   /** One continuation per request, same order. Runs once per batch. */
   generateBatch(requests: readonly GenerateRequest[]): Promise<string[]>;
   /** Pieces of the continuation as they are produced; stops early when `signal` aborts. */
   generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string>;
+  /** Token counts since the engine was created. Optional for hand-written engines. */
+  usage?(): EngineUsage;
   /** Releases native resources; idempotent. Optional for hand-written engines. */
   dispose?(): Promise<void>;
 }
