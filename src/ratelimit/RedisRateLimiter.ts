@@ -9,8 +9,6 @@ import { ServingError } from "../errors.js";
 import type { RateLimiter } from "../types.js";
 
 export interface RedisRateLimiterOptions {
-  /** An ioredis client (left open by close()) or a redis:// URL (the limiter owns that client). */
-  redis: Redis | string;
   /** Burst size: tokens a fresh bucket holds (>= 1). */
   capacity: number;
   /** Sustained rate: tokens added per second (> 0). */
@@ -19,6 +17,8 @@ export interface RedisRateLimiterOptions {
   keyPrefix?: string;
   /** Most keys whose Retry-After is remembered locally; default 10,000. */
   maxKeys?: number;
+  /** Connection errors of a client created from a URL (allow() rejects meanwhile). Default: ignored. */
+  onClientError?: (err: Error) => void;
 }
 
 // KEYS[1]: bucket. ARGV: capacity, tokens per ms, ttl ms. Returns {allowed (0/1), ms to next token}.
@@ -65,7 +65,8 @@ export class RedisRateLimiter implements RateLimiter {
   /** Last denial's wait per key, LRU-bounded like the in-memory limiter. */
   readonly #waitMs = new Map<string, number>();
 
-  constructor(options: RedisRateLimiterOptions) {
+  /** `redis`: an ioredis client (close() leaves it open) or a redis:// URL (the limiter owns that client). */
+  constructor(redis: Redis | string, options: RedisRateLimiterOptions) {
     const { capacity, refillPerSecond, keyPrefix = "ratelimit:", maxKeys = 10_000 } = options;
     if (!(Number.isFinite(capacity) && capacity >= 1)) {
       throw new ServingError("ERR_INVALID_ARGUMENT", `capacity must be a finite number >= 1, got ${capacity}`);
@@ -73,13 +74,16 @@ export class RedisRateLimiter implements RateLimiter {
     if (!(Number.isFinite(refillPerSecond) && refillPerSecond > 0)) {
       throw new ServingError("ERR_INVALID_ARGUMENT", `refillPerSecond must be a finite number > 0, got ${refillPerSecond}`);
     }
-    this.#ownsClient = typeof options.redis === "string";
+    this.#ownsClient = typeof redis === "string";
     // An owned client gives up quickly when Redis is away: allow() rejects and the HTTP
     // layer fails open, instead of requests queueing behind reconnects.
-    this.#redis =
-      typeof options.redis === "string"
-        ? new Redis(options.redis, { maxRetriesPerRequest: 1, commandTimeout: 1000 })
-        : options.redis;
+    if (typeof redis === "string") {
+      this.#redis = new Redis(redis, { maxRetriesPerRequest: 1, commandTimeout: 1000 });
+      // Without a listener ioredis prints every reconnect failure to stderr.
+      this.#redis.on("error", options.onClientError ?? (() => {}));
+    } else {
+      this.#redis = redis;
+    }
     this.#redis.defineCommand(COMMAND, { numberOfKeys: 1, lua: TOKEN_BUCKET_LUA });
     this.#capacity = capacity;
     this.#perMs = refillPerSecond / 1000;
