@@ -8,14 +8,14 @@ import type { Registry } from "prom-client";
 import { ServingError } from "../errors.js";
 import type { RateLimiter, ServingApp } from "../types.js";
 import { errorHandler, sendError } from "./errorResponse.js";
-import { silentLogger, type Logger } from "./logger.js";
+import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
 import { rateLimit } from "./rateLimit.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
 
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
-  logger?: Logger;
+  logger?: LoggerLike;
 }
 
 export interface Lifespan {
@@ -27,7 +27,7 @@ export interface AppShell {
   readonly app: express.Express;
   readonly registry: Registry;
   readonly metrics: HttpMetrics;
-  readonly logger: Logger;
+  readonly logger: LoggerLike;
   /** Registers a rate-limited route, labelled in metrics by its template. */
   route(method: "get" | "post", path: string, ...handlers: RequestHandler[]): void;
   /** Adds /openapi.json, the 404 and the error handler, and the lifespan: the app is done. */

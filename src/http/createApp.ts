@@ -4,7 +4,7 @@ import type { CreateAppOptions, GenerateRequest, ServingApp, TextGenerationEngin
 import { createAppShell } from "./appShell.js";
 import { jsonBody } from "./jsonBody.js";
 import { InFlight } from "./inFlight.js";
-import type { Logger } from "./logger.js";
+import type { LoggerLike } from "./logger.js";
 import { createGenerateMetrics } from "./metrics.js";
 import { generateOpenApi } from "./openapi.js";
 import { generateHandler } from "./generateRoute.js";
@@ -12,7 +12,7 @@ import { streamHandler } from "./streamRoute.js";
 
 export interface GenerateAppOptions extends CreateAppOptions {
   /** pino-compatible; silent by default. */
-  logger?: Logger;
+  logger?: LoggerLike;
 }
 
 export function createApp(engine: TextGenerationEngine, options: GenerateAppOptions = {}): ServingApp {

@@ -9,14 +9,14 @@ import { ServingError } from "../errors.js";
 import type { CreateRecsysAppOptions, Recommender, ServingApp } from "../types.js";
 import { createAppShell } from "./appShell.js";
 import { InFlight } from "./inFlight.js";
-import type { Logger } from "./logger.js";
+import type { LoggerLike } from "./logger.js";
 import { createRecsysMetrics, type RecsysMetrics } from "./metrics.js";
 import { recsysOpenApi } from "./openapi.js";
 import { parseRecommendRequest } from "./validation.js";
 
 export interface RecsysAppOptions extends CreateRecsysAppOptions {
   /** pino-compatible; silent by default. */
-  logger?: Logger;
+  logger?: LoggerLike;
 }
 
 export function createRecsysApp(recommender: Recommender, options: RecsysAppOptions = {}): ServingApp {

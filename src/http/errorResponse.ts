@@ -5,7 +5,7 @@
  */
 import type { ErrorRequestHandler, Response } from "express";
 import { ServingError, asServingError } from "../errors.js";
-import type { Logger } from "./logger.js";
+import type { LoggerLike } from "./logger.js";
 import { invalid } from "./validation.js";
 
 export interface ErrorBody {
@@ -44,7 +44,7 @@ export function toServingError(err: unknown): ServingError {
 }
 
 /** The app's last middleware: a JSON answer for every error, never an HTML page. */
-export function errorHandler(logger: Logger): ErrorRequestHandler {
+export function errorHandler(logger: LoggerLike): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
     const serving = toServingError(err);
     if (serving.status >= 500 && serving.status !== 503) {

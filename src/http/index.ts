@@ -2,7 +2,7 @@
 export { createApp, type GenerateAppOptions } from "./createApp.js";
 export { createRecsysApp, type RecsysAppOptions } from "./createRecsysApp.js";
 export { generateOpenApi, recsysOpenApi, type OpenApiOptions } from "./openapi.js";
-export { silentLogger, type Logger } from "./logger.js";
+export { silentLogger, type LoggerLike } from "./logger.js";
 export { parseGenerateRequest, parseRecommendRequest, type ValidationIssue } from "./validation.js";
 export { rateLimitKey } from "./rateLimit.js";
 export * as schemas from "./schemas.js";

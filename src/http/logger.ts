@@ -1,5 +1,5 @@
 /** The logging surface the HTTP layer needs; a pino logger fits it. */
-export interface Logger {
+export interface LoggerLike {
   info(obj: object, msg?: string): void;
   warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
@@ -8,4 +8,4 @@ export interface Logger {
 const noop = (): void => {};
 
 /** Default: the HTTP layer is silent unless the caller hands it a logger. */
-export const silentLogger: Logger = { info: noop, warn: noop, error: noop };
+export const silentLogger: LoggerLike = { info: noop, warn: noop, error: noop };

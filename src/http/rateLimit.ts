@@ -9,7 +9,7 @@ import type { Request, RequestHandler } from "express";
 import { ServingError } from "../errors.js";
 import type { RateLimiter } from "../types.js";
 import { sendError } from "./errorResponse.js";
-import type { Logger } from "./logger.js";
+import type { LoggerLike } from "./logger.js";
 import type { HttpMetrics } from "./metrics.js";
 import { routeOf } from "./requestContext.js";
 
@@ -32,7 +32,7 @@ export function retryAfterSeconds(limiter: RateLimiter, key: string): number {
   return DEFAULT_RETRY_AFTER_S;
 }
 
-export function rateLimit(limiter: RateLimiter, metrics: HttpMetrics, logger: Logger): RequestHandler {
+export function rateLimit(limiter: RateLimiter, metrics: HttpMetrics, logger: LoggerLike): RequestHandler {
   return async (req, res, next) => {
     const key = rateLimitKey(req);
     const route = routeOf(res);

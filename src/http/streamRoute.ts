@@ -11,7 +11,7 @@ import type { GenerateRequest, TextGenerationEngine } from "../types.js";
 import { disconnectSignal } from "./disconnect.js";
 import { errorBody } from "./errorResponse.js";
 import type { InFlight } from "./inFlight.js";
-import type { Logger } from "./logger.js";
+import type { LoggerLike } from "./logger.js";
 import type { GenerateMetrics } from "./metrics.js";
 import { arrivalOf } from "./requestContext.js";
 import { DONE_EVENT, dataEvent, errorEvent, openEventStream, writeEvent } from "./sse.js";
@@ -21,7 +21,7 @@ export interface StreamDeps {
   readonly engine: TextGenerationEngine;
   readonly metrics: GenerateMetrics;
   readonly streams: InFlight;
-  readonly logger: Logger;
+  readonly logger: LoggerLike;
   isServing(): boolean;
 }
 
@@ -102,7 +102,7 @@ function nextStep(iterator: AsyncIterator<string>, signal: AbortSignal): Promise
 }
 
 /** Lets the engine's generator run its cleanup; never waits for it. */
-function closeIterator(iterator: AsyncIterator<string>, logger: Logger): void {
+function closeIterator(iterator: AsyncIterator<string>, logger: LoggerLike): void {
   Promise.resolve()
     .then(() => iterator.return?.())
     .catch((err: unknown) => logger.warn({ err }, "closing a stream iterator failed"));

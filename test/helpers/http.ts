@@ -56,11 +56,6 @@ export interface ValidationBody {
   code: string;
 }
 
-/** Reads a server-sent event stream to its end. */
-export async function readAll(response: Response): Promise<string> {
-  return response.text();
-}
-
 /** Reads from a stream until `predicate` holds for the text so far. */
 export async function readUntil(
   reader: ReadableStreamDefaultReader<Uint8Array>,

@@ -1,11 +1,11 @@
 /** Every failure answers JSON: unknown routes, wrong methods, odd engine failures; logged, never a crash. */
 import { expect } from "chai";
 import { pino } from "pino";
-import { createApp, type Logger } from "../../src/http/index.js";
+import { createApp, type LoggerLike } from "../../src/http/index.js";
 import type { GenerateRequest, TextGenerationEngine } from "../../src/types.js";
 import { postJson, serve, type Running } from "../helpers/http.js";
 
-class RecordingLogger implements Logger {
+class RecordingLogger implements LoggerLike {
   readonly errors: { obj: object; msg: string | undefined }[] = [];
   info(): void {}
   warn(): void {}
