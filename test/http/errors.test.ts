@@ -42,7 +42,7 @@ describe("errors", function () {
     const engine: TextGenerationEngine = {
       generateBatch: (requests) => {
         calls += 1;
-        if (calls === 1) return Promise.reject("a bare string"); // eslint-disable-line prefer-promise-reject-errors
+        if (calls === 1) return Promise.reject("a bare string"); // not an Error: the layer must cope
         return Promise.resolve(requests.map(() => "fine"));
       },
       generateStream: async function* () {},
