@@ -1,7 +1,7 @@
 """Train the demo byte-level GPT (scripts/model/gpt.py) on the Brown corpus.
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/model/train_gpt.py \
-        --steps 4000 --out models/brown-gpt.pt
+        --steps 2800 --short-frac 0.75
 
 Reproducible from --seed (data order, init, dropout). Prints step, loss, tokens/s and ETA;
 held-out bits/byte on a fixed subset every --eval-every steps; writes a training checkpoint
@@ -39,12 +39,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="train the byte-level Brown GPT")
-    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--steps", type=int, default=2800)
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--seq", type=int, default=512, help="training sequence length")
     ap.add_argument("--short-seq", type=int, default=256,
                     help="sequence length of the first phase (same tokens per step; 0 = off)")
-    ap.add_argument("--short-frac", type=float, default=0.6,
+    ap.add_argument("--short-frac", type=float, default=0.75,
                     help="fraction of steps trained at --short-seq, each batch at a random "
                          "position offset so every position embedding is trained")
     ap.add_argument("--lr", type=float, default=2e-3)
