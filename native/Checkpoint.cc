@@ -33,6 +33,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   static const std::string kAbsent("\x01<absent>");
   torch::jit::ExtraFilesMap extra;
   for (const auto& name : extraFileNames) extra[name] = kAbsent;
+  if (languageModel) extra["config.json"] = kAbsent;
   try {
     loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(path, loaded.device, extra));
   } catch (const c10::Error& e) {

@@ -5,3 +5,4 @@ export { TorchEngine, createEngineFromEnv, type TorchEngineOptions } from "./eng
 export { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer, type StreamDecoder } from "./engine/tokenizer.js";
 export { parseModelConfig, type ModelConfig } from "./engine/config.js";
 export { verifyChecksum } from "./checkpoint/verify.js";
+export * from "./http/index.js";

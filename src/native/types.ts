@@ -16,7 +16,7 @@ export type RawValue = RawTensor | number | boolean | RawValue[];
 export interface RawLoadOptions {
   /** "cpu", "cuda" or "cuda:N". */
   device: string;
-  /** Names of extra files to read from the checkpoint archive ("config.json", ...). */
+  /** Names of extra files to read from the checkpoint archive (a language model always reads config.json). */
   extraFiles?: string[];
   /** Intra-op threads of the model's inference thread; 0 = libtorch default. */
   threads?: number;

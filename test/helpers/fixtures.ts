@@ -1,0 +1,40 @@
+/** The committed test checkpoints and their golden outputs (scripts/model/make_fixture.py). */
+import { readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+export const fixturesDir = join(repoRoot, "test", "fixtures");
+export const fixture = (name: string): string => join(fixturesDir, name);
+
+export interface GoldenCase {
+  name: string;
+  prompt: string | null;
+  prompt_ids: number[];
+  max_new_tokens: number;
+  prompt_ids_used: number[];
+  output_ids: number[];
+  stopped_on_eos: boolean;
+  reprefills: number;
+  first_logits: number[];
+}
+
+export interface GoldenCheckpoint {
+  file: string;
+  config: { block_size: number; vocab_size: number; tokenizer: { eos_token_id: number | null } };
+  batch_order: string[];
+  cases: GoldenCase[];
+}
+
+interface GoldenFile {
+  checkpoints: Record<string, GoldenCheckpoint>;
+}
+
+let golden: GoldenFile | undefined;
+
+export function goldenFor(checkpoint: string): GoldenCheckpoint {
+  golden ??= JSON.parse(readFileSync(fixture("tiny-gpt.golden.json"), "utf8")) as GoldenFile;
+  const found = golden.checkpoints[checkpoint];
+  if (!found) throw new Error(`no golden outputs for ${checkpoint}`);
+  return found;
+}

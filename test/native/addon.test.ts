@@ -1,0 +1,223 @@
+/**
+ * The raw addon against the tiny fixtures: greedy outputs equal the Python reference's
+ * token for token, alone and in mixed batches, and every failure is a coded, catchable error.
+ */
+import { expect } from "chai";
+
+import { loadAddon } from "../../src/native/binding.js";
+import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
+import { fixture, goldenFor, type GoldenCase } from "../helpers/fixtures.js";
+
+const greedy = (c: GoldenCase): RawGenerateRow => ({
+  tokens: Int32Array.from(c.prompt_ids),
+  maxNewTokens: c.max_new_tokens,
+  temperature: 0,
+  topK: 0,
+  seed: -1,
+});
+
+async function rejection(promise: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await promise;
+  } catch (err) {
+    return err as Error & { code?: string };
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("native addon", function () {
+  let addon: RawAddon;
+  before(() => {
+    addon = loadAddon();
+  });
+
+  it("reports the libtorch it was built against", () => {
+    expect(addon.torchVersion).to.match(/^\d+\.\d+/);
+    expect(addon.cudaAvailable()).to.be.a("boolean");
+    expect(addon.cudaDeviceCount()).to.be.a("number");
+  });
+
+  for (const name of ["tiny-gpt.pt", "tiny-gpt-eos.pt", "tiny-gpt-hf.pt"]) {
+    describe(name, () => {
+      const golden = goldenFor(name);
+      let model: RawLanguageModel;
+      before(async () => {
+        model = await addon.loadLanguageModel(fixture(name), { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+        await model.configure({
+          contextLength: golden.config.block_size,
+          eosTokenId: golden.config.tokenizer.eos_token_id ?? -1,
+        });
+      });
+      after(() => model.dispose());
+
+      for (const c of golden.cases) {
+        it(`greedy "${c.name}" alone matches the reference`, async () => {
+          const [out] = await model.generate([greedy(c)], null).result;
+          expect(Array.from(out!)).to.deep.equal(c.output_ids);
+        });
+      }
+
+      it("the same continuations come out of one mixed batch (padding and masks are right)", async () => {
+        const cases = golden.batch_order.map((n) => golden.cases.find((c) => c.name === n)!);
+        const outs = await model.generate(cases.map(greedy), null).result;
+        expect(outs.map((o) => Array.from(o))).to.deep.equal(cases.map((c) => c.output_ids));
+      });
+
+      it("streams every token, in order, before the result settles", async () => {
+        const c = golden.cases.find((x) => x.output_ids.length > 3)!;
+        const streamed: number[][] = [[], []];
+        const generation = model.generate([greedy(c), greedy(c)], (pairs) => {
+          for (let i = 0; i < pairs.length; i += 2) streamed[pairs[i]!]!.push(pairs[i + 1]!);
+        });
+        const outs = await generation.result;
+        expect(streamed[0]).to.deep.equal(c.output_ids);
+        expect(streamed[1]).to.deep.equal(Array.from(outs[1]!));
+      });
+    });
+  }
+
+  describe("sampling", () => {
+    let model: RawLanguageModel;
+    const golden = goldenFor("tiny-gpt.pt");
+    const prompt = Int32Array.from(golden.cases[0]!.prompt_ids);
+    before(async () => {
+      model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      // No end-of-sequence here: sampled rows must run to their limits.
+      await model.configure({ contextLength: 64, eosTokenId: -1 });
+    });
+    after(() => model.dispose());
+
+    it("a seeded row gives the same tokens alone and inside any batch", async () => {
+      const row = { tokens: prompt, maxNewTokens: 40, temperature: 1, topK: 5, seed: 1234 };
+      const [alone] = await model.generate([row], null).result;
+      const batch = await model.generate(
+        [{ ...row, topK: 0, temperature: 0.7, seed: 9 }, row, { ...row, temperature: 0 }],
+        null,
+      ).result;
+      expect(Array.from(batch[1]!)).to.deep.equal(Array.from(alone!));
+    });
+
+    it("top_k keeps each row's own k most likely tokens, even beside a row with no top_k", async () => {
+      // With top_k = 1 sampling must equal greedy, whatever the temperature and seed.
+      const c = golden.cases[0]!;
+      const outs = await model.generate(
+        [
+          { ...greedy(c), temperature: 5, topK: 1, seed: 3 },
+          { ...greedy(c), temperature: 1, topK: 0, seed: 4 },
+        ],
+        null,
+      ).result;
+      expect(Array.from(outs[0]!)).to.deep.equal(c.output_ids);
+    });
+
+    it("treats a temperature of 1e-9 as greedy and top_k beyond the vocabulary as all of it", async () => {
+      const c = golden.cases[0]!;
+      const [tiny] = await model.generate([{ ...greedy(c), temperature: 1e-9, topK: 100000, seed: 5 }], null).result;
+      expect(Array.from(tiny!)).to.deep.equal(c.output_ids);
+      const [hot] = await model.generate([{ ...greedy(c), temperature: 5, topK: 100000, seed: 5 }], null).result;
+      expect(hot!.length).to.equal(c.max_new_tokens);
+      for (const id of hot!) expect(id).to.be.within(0, 258);
+    });
+
+    it("a cancelled row stops at the next step while the others finish", async () => {
+      const long = { tokens: prompt, maxNewTokens: 400, temperature: 1, topK: 0, seed: 1 };
+      let seen = 0;
+      const generation = model.generate([long, long], (pairs) => {
+        for (let i = 0; i < pairs.length; i += 2) {
+          if (pairs[i] === 0 && ++seen === 3) generation.cancel(0);
+        }
+      });
+      const [first, second] = await generation.result;
+      expect(first!.length).to.be.below(400);
+      expect(second!.length).to.equal(400);
+    });
+  });
+
+  describe("errors", () => {
+    const load = (file: string, device = "cpu") => addon.loadLanguageModel(file, { device, extraFiles: ["config.json"] });
+
+    it("a missing file is ERR_CHECKPOINT_NOT_FOUND", async () => {
+      const err = await rejection(load(fixture("does-not-exist.pt")));
+      expect(err.code).to.equal("ERR_CHECKPOINT_NOT_FOUND");
+    });
+
+    it("a truncated file is ERR_CHECKPOINT_INVALID", async () => {
+      const err = await rejection(load(fixture("broken/truncated.pt")));
+      expect(err.code).to.equal("ERR_CHECKPOINT_INVALID");
+      expect(err.message).to.include("truncated.pt");
+    });
+
+    it("a module without cache_shape, another interface version, or no config.json is ERR_CHECKPOINT_INTERFACE", async () => {
+      for (const [file, words] of [
+        ["broken/no-cache-shape.pt", "cache_shape"],
+        ["broken/bad-version.pt", "version 99"],
+        ["broken/no-config.pt", "config.json"],
+      ] as const) {
+        const err = await rejection(load(fixture(file)));
+        expect(err.code, file).to.equal("ERR_CHECKPOINT_INTERFACE");
+        expect(err.message, file).to.include(words);
+      }
+    });
+
+    it("cuda on a CPU-only build, or an unknown device, is ERR_DEVICE with the fix", async function () {
+      if (addon.cudaAvailable()) this.skip(); // a GPU host: cuda is valid there
+      const cuda = await rejection(load(fixture("tiny-gpt.pt"), "cuda"));
+      expect(cuda.code).to.equal("ERR_DEVICE");
+      expect(cuda.message).to.match(/CPU-only libtorch|no CUDA GPU/);
+      const unknown = await rejection(load(fixture("tiny-gpt.pt"), "gpu:0"));
+      expect(unknown.code).to.equal("ERR_DEVICE");
+      expect(unknown.message).to.include('"cpu", "cuda" or "cuda:N"');
+    });
+
+    it("bad arguments reject (never throw) with ERR_INVALID_ARGUMENT", async () => {
+      const model = await load(fixture("tiny-gpt.pt"));
+      try {
+        const beforeConfigure = await rejection(model.generate([{ tokens: Int32Array.of(1), maxNewTokens: 1, temperature: 0, topK: 0, seed: -1 }], null).result);
+        expect(beforeConfigure.code).to.equal("ERR_INVALID_ARGUMENT");
+        await model.configure({ contextLength: 64, eosTokenId: 257 });
+        const empty = await rejection(model.generate([], null).result);
+        expect(empty.code).to.equal("ERR_INVALID_ARGUMENT");
+        const noTokens = await rejection(model.generate([{ tokens: new Int32Array(0), maxNewTokens: 1, temperature: 0, topK: 0, seed: -1 }], null).result);
+        expect(noTokens.code).to.equal("ERR_INVALID_ARGUMENT");
+        const noMethod = await rejection(model.run("no_such_method", []));
+        expect(noMethod.code).to.equal("ERR_INVALID_ARGUMENT");
+      } finally {
+        await model.dispose();
+      }
+    });
+  });
+
+  describe("lifecycle", () => {
+    it("runs any exported method off the JS thread", async () => {
+      const model = await addon.loadModule(fixture("tiny-gpt.pt"), { device: "cpu" });
+      try {
+        expect(await model.run("cache_shape", [3])).to.deep.equal([2, 2, 3, 2, 64, 16]);
+        expect(await model.run("interface_version", [])).to.equal(1);
+      } finally {
+        await model.dispose();
+      }
+    });
+
+    it("dispose waits for the run in progress, rejects queued work, and is idempotent", async () => {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu" });
+      await model.configure({ contextLength: 64, eosTokenId: -1 });
+      const row = { tokens: Int32Array.of(65), maxNewTokens: 300, temperature: 1, topK: 0, seed: 1 };
+      let started = false;
+      const running = model.generate([row], () => {
+        started = true;
+      });
+      // Wait until the first job is on the inference thread, then queue a second one.
+      while (!started) await new Promise((resolve) => setImmediate(resolve));
+      const queued = model.generate([row], null);
+      const disposed = Promise.all([model.dispose(), model.dispose()]);
+      const [out] = await running.result;
+      expect(out!.length).to.equal(300);
+      const err = await rejection(queued.result);
+      expect(err.code).to.equal("ERR_DISPOSED");
+      await disposed;
+      await model.dispose();
+      expect((await rejection(model.run("interface_version", []))).code).to.equal("ERR_DISPOSED");
+      expect((await rejection(model.generate([row], null).result)).code).to.equal("ERR_DISPOSED");
+    });
+  });
+});
