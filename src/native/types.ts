@@ -53,14 +53,25 @@ export interface RawGeneration {
 
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */
 export interface RawLanguageModel extends RawModule {
+  /** Chooses the runtime for the checkpoint and warms it up; call once before generate(). */
+  configure(settings: RawLanguageModelSettings): Promise<{ runtime: string }>;
   /** Queues a job on the model's inference thread. `onTokens` receives (row, token) pairs. */
   generate(rows: RawGenerateRow[], onTokens: ((pairs: Int32Array) => void) | null): RawGeneration;
 }
 
+export interface RawLanguageModelSettings {
+  /** Positions the cache holds (config.json block_size). */
+  contextLength: number;
+  /** -1 when the model has no end-of-sequence token. */
+  eosTokenId: number;
+  /** A token id to warm the model up with. */
+  warmupToken?: number;
+}
+
 export interface RawAddon {
   readonly torchVersion: string;
-  readonly cudaAvailable: boolean;
-  readonly cudaDeviceCount: number;
+  cudaAvailable(): boolean;
+  cudaDeviceCount(): number;
   loadModule(path: string, options: RawLoadOptions): Promise<RawModule>;
   loadLanguageModel(path: string, options: RawLoadOptions): Promise<RawLanguageModel>;
 }

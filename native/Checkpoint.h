@@ -1,0 +1,26 @@
+// Reading a TorchScript checkpoint, with each way it can be wrong mapped to a coded error.
+#pragma once
+
+#include <torch/script.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tsn {
+
+struct LoadedModel {
+  std::shared_ptr<torch::jit::Module> module;
+  c10::Device device{c10::kCPU};
+  std::map<std::string, std::string> extraFiles;  // only those present in the archive
+};
+
+// Blocking; run it off the JS thread. For a language model the serving interface is
+// checked too (forward, cache_shape, interface_version() == 1, config.json present).
+LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceName,
+                           const std::vector<std::string>& extraFileNames, bool languageModel);
+
+constexpr int64_t kLanguageModelInterfaceVersion = 1;
+
+}  // namespace tsn

@@ -1,0 +1,57 @@
+// The one OS thread on which a model runs. Long generation loops live here rather than on
+// the libuv pool (which also serves fs, dns, zlib and crypto); libtorch's per-thread
+// settings (InferenceMode, intra-op threads) are made once, on this thread.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace tsn {
+
+class InferenceThread {
+ public:
+  struct Task {
+    std::function<void()> run;
+    // Called instead of `run` for a task still queued when the thread stops.
+    std::function<void()> abandon;
+  };
+
+  // intraOpThreads <= 0 keeps libtorch's default.
+  InferenceThread(c10::Device device, int intraOpThreads);
+  ~InferenceThread();
+
+  InferenceThread(const InferenceThread&) = delete;
+  InferenceThread& operator=(const InferenceThread&) = delete;
+
+  // False (and the task untouched) once Stop has begun.
+  bool Post(Task task);
+
+  // Stops accepting, abandons queued tasks, lets the running one finish, then calls
+  // `onExit` on the thread as its last act. Does not wait.
+  void RequestStop(std::function<void()> onExit);
+
+  // RequestStop, then waits for the thread to end. Idempotent.
+  void StopAndJoin();
+
+  // Joins a thread that has already been asked to stop. Idempotent.
+  void Join();
+
+ private:
+  void Loop();
+
+  c10::Device device_;
+  int intraOpThreads_;
+  std::mutex mutex_;  // guards tasks_, stopping_, onExit_
+  std::condition_variable wake_;
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  std::function<void()> onExit_;
+  std::thread thread_;
+};
+
+}  // namespace tsn

@@ -1,0 +1,25 @@
+// One forward step of a causal LM with a KV cache it owns (docs/checkpoint.md):
+// forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
+// call; rows may sit at different positions. Implementations: ScriptStepper (any
+// TorchScript checkpoint) and GptStepper (the native fast path for architecture "gpt").
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace tsn {
+
+class Stepper {
+ public:
+  virtual ~Stepper() = default;
+  // Allocates a zeroed cache for `batch` rows.
+  virtual void Begin(int64_t batch) = 0;
+  // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [B,V] after each
+  // row's last fed token, on the model's device.
+  virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
+  // Keeps only the cache rows listed (int64, CPU), in that order.
+  virtual void Keep(const at::Tensor& rows) = 0;
+  // Frees the cache.
+  virtual void End() = 0;
+};
+
+}  // namespace tsn

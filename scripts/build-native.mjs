@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+// Builds the libtorch addon: cmake-js (CMakeLists.txt) by default, node-gyp (binding.gyp)
+// with --gyp. Skips the build when the sources have not changed since the last one.
+//   node scripts/build-native.mjs [--force] [--gyp] [--debug]
+// The `install` script of package.json runs this, so `npm install` builds the addon.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const args = new Set(process.argv.slice(2));
+const useGyp = args.has("--gyp");
+const force = args.has("--force");
+const debug = args.has("--debug");
+
+// Where each build system leaves the addon; src/native/binding.ts looks in the same places.
+export const OUTPUTS = {
+  cmake: join(root, "build", debug ? "Debug" : "Release", "torchserve.node"),
+  gyp: join(root, "build-gyp", "build", debug ? "Debug" : "Release", "torchserve.node"),
+};
+
+function sourceHash() {
+  const hash = createHash("sha256");
+  const files = ["CMakeLists.txt", "binding.gyp", "scripts/torch-paths.mjs"];
+  for (const name of readdirSync(join(root, "native")).sort()) files.push(join("native", name));
+  for (const file of files) {
+    hash.update(file);
+    hash.update(readFileSync(join(root, file)));
+  }
+  hash.update(JSON.stringify({ useGyp, debug, libtorch: process.env.LIBTORCH ?? "", torchDir: process.env.Torch_DIR ?? "" }));
+  return hash.digest("hex");
+}
+
+function have(command) {
+  return spawnSync("sh", ["-c", `command -v ${command}`], { stdio: "ignore" }).status === 0;
+}
+
+function fail(lines) {
+  console.error(["", "torchserve-node: the native addon could not be built.", ...lines, ""].join("\n"));
+  process.exit(1);
+}
+
+const output = useGyp ? OUTPUTS.gyp : OUTPUTS.cmake;
+const stamp = `${output}.sha256`;
+const hash = sourceHash();
+if (!force && existsSync(output) && existsSync(stamp) && readFileSync(stamp, "utf8").trim() === hash) {
+  console.log(`torchserve-node: addon up to date (${output})`);
+  process.exit(0);
+}
+
+const missing = ["make", useGyp ? null : "cmake"].filter((tool) => tool && !have(tool));
+if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
+if (missing.length > 0) {
+  fail([
+    `Missing: ${missing.join(", ")}.`,
+    "Fix: on Debian/Ubuntu run `sudo bash scripts/setup.sh` (or: sudo apt-get install build-essential cmake),",
+    "then `npm run build:native`.",
+  ]);
+}
+
+const jobs = String(Math.max(1, availableParallelism()));
+let result;
+if (useGyp) {
+  // node-gyp always builds into ./build; stage a folder of links so both builds can coexist.
+  const stage = join(root, "build-gyp");
+  if (force) rmSync(join(stage, "build"), { recursive: true, force: true });
+  mkdirSync(stage, { recursive: true });
+  for (const name of ["binding.gyp", "native", "scripts", "node_modules", "package.json"]) {
+    if (!existsSync(join(stage, name))) symlinkSync(join(root, name), join(stage, name));
+  }
+  const nodeGyp = join(root, "node_modules", "node-gyp", "bin", "node-gyp.js");
+  const gypArgs = [nodeGyp, "rebuild", `--jobs=${jobs}`];
+  if (existsSync("/usr/include/node/node_api.h")) gypArgs.push("--nodedir=/usr");
+  if (debug) gypArgs.push("--debug");
+  result = spawnSync(process.execPath, gypArgs, { cwd: stage, stdio: "inherit" });
+} else {
+  const cmakeJs = join(root, "node_modules", "cmake-js", "bin", "cmake-js");
+  const cmakeArgs = [cmakeJs, "build", "--parallel", jobs, "--log-level", "warn"];
+  if (debug) cmakeArgs.push("--debug");
+  result = spawnSync(process.execPath, cmakeArgs, { cwd: root, stdio: "inherit" });
+}
+
+if (result.status !== 0 || !existsSync(output)) {
+  fail([
+    "Look above for the first error. The usual causes and fixes:",
+    "  1. libtorch not found: `sudo bash scripts/setup.sh` (Debian: libtorch-dev), or export LIBTORCH=/path/to/libtorch,",
+    "     or make `python3 -c 'import torch'` work (a pip/conda torch), or set Torch_DIR.",
+    "  2. No compiler or cmake: sudo apt-get install build-essential cmake.",
+    "  3. A CUDA libtorch needs the CUDA toolkit (nvcc) on PATH at build time.",
+    "Then run: npm run build:native",
+  ]);
+}
+writeFileSync(stamp, `${hash}\n`);
+console.log(`torchserve-node: built ${output}`);

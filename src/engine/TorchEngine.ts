@@ -1,0 +1,218 @@
+/**
+ * TorchEngine: the libtorch text-generation engine. Tokenizes in TypeScript, generates in the
+ * addon on the model's own inference thread, and streams whole UTF-8 pieces back.
+ */
+import { availableParallelism } from "node:os";
+
+import { verifyChecksum } from "../checkpoint/verify.js";
+import { asServingError, ServingError } from "../errors.js";
+import { loadAddon } from "../native/binding.js";
+import type { RawGenerateRow, RawLanguageModel } from "../native/types.js";
+import type { EngineUsage, GenerateRequest, TextGenerationEngine } from "../types.js";
+import { type ModelConfig, parseModelConfig } from "./config.js";
+import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
+
+export interface TorchEngineOptions {
+  /** "cpu" (default), "cuda" or "cuda:N". */
+  device?: string;
+  /** Intra-op threads of the inference thread; default: the machine's cores. */
+  threads?: number;
+  /** Check `<checkpoint>.sha256` when present. Default true. */
+  verifyChecksum?: boolean;
+}
+
+export class TorchEngine implements TextGenerationEngine {
+  private readonly counts: EngineUsage = { promptTokens: 0, generatedTokens: 0 };
+  private disposing: Promise<void> | undefined;
+
+  private constructor(
+    private readonly model: RawLanguageModel,
+    readonly config: ModelConfig,
+    readonly tokenizer: Tokenizer,
+    /** "torchscript", or "native" for the built-in fast path of architecture "gpt". */
+    readonly runtime: string,
+  ) {}
+
+  static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
+    if (options.verifyChecksum !== false) await verifyChecksum(path);
+    const addon = loadAddon();
+    const model = await addon.loadLanguageModel(path, {
+      device: options.device ?? "cpu",
+      extraFiles: ["config.json", "tokenizer.json", "tokenizer_config.json"],
+      threads: options.threads ?? availableParallelism(),
+    });
+    try {
+      const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
+      const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
+      const { runtime } = await model.configure({
+        contextLength: config.contextLength,
+        eosTokenId: config.tokenizer.eosTokenId ?? -1,
+        warmupToken: tokenizer.encode("a")[0] ?? 0,
+      });
+      return new TorchEngine(model, config, tokenizer, runtime);
+    } catch (err) {
+      await model.dispose();
+      throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
+    }
+  }
+
+  private static makeTokenizer(config: ModelConfig, files: Record<string, string>): Tokenizer {
+    if (config.tokenizer.kind === "byte") return new ByteTokenizer();
+    const name = config.tokenizer.file ?? "tokenizer.json";
+    const text = files[name];
+    if (text === undefined) {
+      throw new ServingError("ERR_CHECKPOINT_INTERFACE", `config.json names tokenizer file ${name}, which the checkpoint does not carry`);
+    }
+    try {
+      const tokenizerConfig = files["tokenizer_config.json"];
+      return new HuggingFaceTokenizer(JSON.parse(text), tokenizerConfig ? JSON.parse(tokenizerConfig) : {});
+    } catch (err) {
+      throw new ServingError("ERR_CHECKPOINT_INTERFACE", `${name} is not a usable tokenizer.json: ${(err as Error).message}`);
+    }
+  }
+
+  get device(): string {
+    return this.model.device;
+  }
+
+  usage(): EngineUsage {
+    return { ...this.counts };
+  }
+
+  /** Token ids the model is fed for a prompt (never empty). */
+  encodePrompt(prompt: string): number[] {
+    const ids = this.tokenizer.encode(prompt);
+    const { bosTokenId, eosTokenId, addBos } = this.config.tokenizer;
+    if (addBos && bosTokenId !== null) ids.unshift(bosTokenId);
+    if (ids.length === 0) ids.push(bosTokenId ?? eosTokenId ?? 0);
+    return ids;
+  }
+
+  private row(request: GenerateRequest): RawGenerateRow {
+    const tokens = Int32Array.from(this.encodePrompt(request.prompt));
+    this.counts.promptTokens += tokens.length;
+    return {
+      tokens,
+      maxNewTokens: request.maxNewTokens,
+      temperature: request.temperature,
+      topK: request.topK ?? 0,
+      seed: request.seed ?? -1,
+    };
+  }
+
+  async generateBatch(requests: readonly GenerateRequest[]): Promise<string[]> {
+    if (requests.length === 0) return [];
+    const generation = this.model.generate(requests.map((request) => this.row(request)), null);
+    // A request whose client went away stops at the next step; the others go on.
+    const detach = requests.map((request, index) => {
+      const signal = request.signal;
+      if (!signal) return () => {};
+      const cancel = () => generation.cancel(index);
+      if (signal.aborted) cancel();
+      signal.addEventListener("abort", cancel, { once: true });
+      return () => signal.removeEventListener("abort", cancel);
+    });
+    try {
+      const outputs = await generation.result;
+      return outputs.map((ids) => {
+        this.counts.generatedTokens += ids.length;
+        return this.tokenizer.decode(Array.from(ids));
+      });
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
+    } finally {
+      for (const undo of detach) undo();
+    }
+  }
+
+  async *generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string> {
+    const abortSignal = signal ?? request.signal;
+    if (abortSignal?.aborted) return;
+    const decoder = this.tokenizer.streamDecoder();
+    const pieces: string[] = [];
+    let head = 0;
+    let finished = false;
+    let failure: unknown;
+    let wake: (() => void) | undefined;
+    const notify = () => {
+      const resume = wake;
+      wake = undefined;
+      resume?.();
+    };
+
+    const generation = this.model.generate([this.row(request)], (pairs) => {
+      for (let i = 1; i < pairs.length; i += 2) {
+        this.counts.generatedTokens += 1;
+        const piece = decoder.push([pairs[i]!]);
+        if (piece) pieces.push(piece);
+      }
+      notify();
+    });
+    generation.result.then(
+      () => {
+        const tail = decoder.flush();
+        if (tail) pieces.push(tail);
+        finished = true;
+        notify();
+      },
+      (err: unknown) => {
+        failure = err;
+        finished = true;
+        notify();
+      },
+    );
+    const cancel = () => generation.cancel();
+    abortSignal?.addEventListener("abort", cancel, { once: true });
+    try {
+      for (;;) {
+        if (head < pieces.length) {
+          const piece = pieces[head]!;
+          pieces[head++] = "";
+          yield piece;
+          continue;
+        }
+        if (finished) {
+          if (failure !== undefined) throw asServingError(failure, "ERR_INFERENCE");
+          return;
+        }
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+      }
+    } finally {
+      abortSignal?.removeEventListener("abort", cancel);
+      // The consumer stopped early (break, return, disconnect): stop generating.
+      if (!finished) generation.cancel();
+    }
+  }
+
+  /** Releases the model; a generation in progress finishes first, queued ones are rejected. */
+  dispose(): Promise<void> {
+    this.disposing ??= this.model.dispose();
+    return this.disposing;
+  }
+}
+
+/**
+ * Builds the engine from the environment: SERVICE_CKPT (required), SERVICE_DEVICE (default
+ * "cpu"), SERVICE_THREADS (default: the machine's cores).
+ */
+export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
+  const checkpoint = env.SERVICE_CKPT?.trim();
+  if (!checkpoint) {
+    throw new ServingError(
+      "ERR_CONFIG",
+      "SERVICE_CKPT is not set: point it at a language-model checkpoint (.pt, see docs/checkpoint.md), " +
+        "for example SERVICE_CKPT=models/brown-gpt.pt",
+    );
+  }
+  const device = env.SERVICE_DEVICE?.trim() || "cpu";
+  let threads: number | undefined;
+  if (env.SERVICE_THREADS?.trim()) {
+    threads = Number(env.SERVICE_THREADS);
+    if (!Number.isInteger(threads) || threads < 1) {
+      throw new ServingError("ERR_CONFIG", `SERVICE_THREADS must be a positive integer, got "${env.SERVICE_THREADS}"`);
+    }
+  }
+  return TorchEngine.load(checkpoint, { device, threads });
+}

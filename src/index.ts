@@ -1,0 +1,7 @@
+/** Public entry of the package. */
+export type * from "./types.js";
+export { ErrorCodes, ServingError, statusOf, type ErrorCode } from "./errors.js";
+export { TorchEngine, createEngineFromEnv, type TorchEngineOptions } from "./engine/TorchEngine.js";
+export { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer, type StreamDecoder } from "./engine/tokenizer.js";
+export { parseModelConfig, type ModelConfig } from "./engine/config.js";
+export { verifyChecksum } from "./checkpoint/verify.js";

@@ -1,0 +1,62 @@
+/**
+ * The one place that loads the native addon. It tries the known build locations and, if all
+ * fail, throws one error listing what was tried and the numbered fixes.
+ */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { ServingError } from "../errors.js";
+import type { RawAddon } from "./types.js";
+
+const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+
+/** Build outputs in the order tried: an explicit override, cmake-js, node-gyp. */
+export function addonCandidates(env: NodeJS.ProcessEnv = process.env): string[] {
+  const candidates: string[] = [];
+  if (env.TORCHSERVE_ADDON) candidates.push(resolve(env.TORCHSERVE_ADDON));
+  for (const config of ["Release", "Debug"]) {
+    candidates.push(join(packageRoot, "build", config, "torchserve.node"));
+    candidates.push(join(packageRoot, "build-gyp", "build", config, "torchserve.node"));
+  }
+  return candidates;
+}
+
+let cached: RawAddon | undefined;
+
+/** Loads (once) and returns the raw addon. Throws ServingError ERR_ADDON_LOAD with fixes. */
+export function loadAddon(): RawAddon {
+  if (cached) return cached;
+  // libgomp reads its settings when libtorch is loaded: idle OpenMP workers must sleep,
+  // not spin, or they steal the cores the inference thread needs.
+  process.env.OMP_WAIT_POLICY ??= "PASSIVE";
+  const require = createRequire(import.meta.url);
+  const tried: string[] = [];
+  for (const candidate of addonCandidates()) {
+    if (!existsSync(candidate)) {
+      tried.push(`${candidate}: not built`);
+      continue;
+    }
+    try {
+      cached = require(candidate) as RawAddon;
+      return cached;
+    } catch (err) {
+      tried.push(`${candidate}: ${(err as Error).message.split("\n")[0]}`);
+    }
+  }
+  throw new ServingError(
+    "ERR_ADDON_LOAD",
+    [
+      "The libtorch addon (torchserve.node) could not be loaded.",
+      "Tried:",
+      ...tried.map((line) => `  - ${line}`),
+      "Fixes:",
+      "  1. Not built yet: run `npm run build:native` (or `bash scripts/setup.sh`, which also installs libtorch on Debian).",
+      "  2. libtorch missing at run time (\"libtorch.so: cannot open shared object file\"): install it",
+      "     (Debian: sudo apt-get install libtorch-dev) or add your libtorch's lib folder to LD_LIBRARY_PATH.",
+      "  3. Built for another Node ABI or machine: run `npm run build:native` again on this one.",
+      "  4. A build elsewhere: point TORCHSERVE_ADDON at the .node file.",
+    ].join("\n"),
+  );
+}
