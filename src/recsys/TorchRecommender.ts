@@ -6,13 +6,12 @@
  * failing model and a missed latency budget all answer with the most popular items and
  * `fallback: true`; the popular list is read once at load, so the fallback needs no model.
  */
-import { stat } from "node:fs/promises";
 import { Batcher } from "../batching/Batcher.js";
+import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { RawAddon, RawModule, RawTensor, RawValue } from "../native/types.js";
 import type { Recommendation, Recommender } from "../types.js";
-import { verifyChecksumBeside } from "./checksum.js";
 
 export const RECOMMENDER_FORMAT = "torchserve-node/recommender";
 export const RECOMMENDER_INTERFACE_VERSION = 1;
@@ -121,12 +120,7 @@ export class TorchRecommender implements Recommender {
    * items once, and warms the scoring path up.
    */
   static async load(path: string, options: TorchRecommenderOptions = {}): Promise<TorchRecommender> {
-    try {
-      if (!(await stat(path)).isFile()) throw new Error("not a file");
-    } catch (err) {
-      throw new ServingError("ERR_CHECKPOINT_NOT_FOUND", `recommender checkpoint not found: ${path}`, { cause: err });
-    }
-    await verifyChecksumBeside(path);
+    await verifyChecksum(path); // ERR_CHECKPOINT_NOT_FOUND, or ERR_CHECKPOINT_INVALID on a mismatch
     const addon = options.addon ?? (await loadAddon());
     let module: RawModule;
     try {

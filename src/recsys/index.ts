@@ -10,4 +10,3 @@ export {
   type TorchRecommendation,
   type TorchRecommenderOptions,
 } from "./TorchRecommender.js";
-export { sha256File, verifyChecksumBeside } from "./checksum.js";
