@@ -151,14 +151,16 @@ export class TorchRecommender implements Recommender {
             `module (${userIds.length} users, ${popular.length} popular items)`,
         );
       }
-      if (userIds.length > 0) {
-        // TorchScript's profiling executor optimises on the first calls: pay that at load.
-        const probe: RawTensor = { dtype: "int64", shape: [1], data: new BigInt64Array([0n]) };
-        const k = Math.min(10, config.counts.items);
+      // TorchScript's profiling executor optimises on the first calls of a shape (the first
+      // call costs ~100 ms): pay that at load, for a lone request and for a full batch.
+      const k = Math.min(10, config.counts.items);
+      const sizes = new Set([1, Math.min(options.maxBatchSize ?? DEFAULTS.maxBatchSize, userIds.length)]);
+      for (const size of userIds.length > 0 ? sizes : []) {
+        const probe: RawTensor = { dtype: "int64", shape: [size], data: BigInt64Array.from({ length: size }, (_, i) => BigInt(i)) };
         for (let i = 0; i < 2; i++) {
           const result = await module.run("recommend", [probe, k]);
           try {
-            recommendIds(result, 1, k);
+            recommendIds(result, size, k);
           } catch (err) {
             throw interfaceError((err as Error).message);
           }
