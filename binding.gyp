@@ -13,16 +13,13 @@
         "NAPI_VERSION=8",
         "NODE_ADDON_API_CPP_EXCEPTIONS",
         "NODE_ADDON_API_DISABLE_DEPRECATED",
-        "_GLIBCXX_USE_CXX11_ABI=<!(node scripts/torch-paths.mjs --abi)",
-        "TSN_TORCH_HAS_CUDA=<!(node scripts/torch-paths.mjs --has-cuda)"
+        "<!@(node scripts/torch-paths.mjs --defines)"
       ],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-rtti", "-fno-exceptions", "-std=gnu++17", "-std=gnu++20"],
       "cflags_cc": ["-std=c++17", "-frtti", "-fexceptions", "-O2", "-fvisibility=hidden"],
       "libraries": [
-        "-L<!(node scripts/torch-paths.mjs --libdir)",
-        "-Wl,-rpath,<!(node scripts/torch-paths.mjs --libdir)",
-        "<!@(node scripts/torch-paths.mjs --libs)",
+        "<!@(node scripts/torch-paths.mjs --ldflags)",
         "-ldl"
       ]
     }

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // libtorch discovery for node-gyp (binding.gyp), in the same order as CMakeLists.txt:
 // LIBTORCH / Torch_DIR, then a Python torch install, then the system (Debian libtorch-dev).
-//   node scripts/torch-paths.mjs --include | --libdir | --libs | --abi | --has-cuda | --json
+//   node scripts/torch-paths.mjs --include | --defines | --ldflags | --libdir | --libs | --abi | --has-cuda | --json
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 
 function fromPrefix(prefix, source) {
@@ -76,7 +76,8 @@ function libs(found) {
   return names.map((name) => `-l${name}`).join(" ");
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) {
+// Run as a command (node-gyp calls it through build-gyp/scripts, a symlink: compare real paths).
+if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(new URL(import.meta.url).pathname)) {
   const found = findTorch();
   if (!found) {
     console.error("libtorch not found (LIBTORCH, Torch_DIR, python torch, /usr): see `npm run build:native` for fixes");
@@ -88,5 +89,8 @@ if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.
   else if (what === "--abi") console.log(cxx11Abi(found));
   else if (what === "--libs") console.log(libs(found));
   else if (what === "--has-cuda") console.log(hasCuda(found));
+  // Whole flags, for gyp's <!@(...) list expansion (it does not expand inside a string).
+  else if (what === "--defines") console.log(`_GLIBCXX_USE_CXX11_ABI=${cxx11Abi(found)} TSN_TORCH_HAS_CUDA=${hasCuda(found)}`);
+  else if (what === "--ldflags") console.log(`-L${found.lib} -Wl,-rpath,${found.lib} ${libs(found)}`);
   else console.log(JSON.stringify({ ...found, abi: cxx11Abi(found), dirname: dirname(found.lib) }, null, 2));
 }

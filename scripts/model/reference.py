@@ -1,0 +1,241 @@
+"""Reference generator: a plain Python loop over a serving checkpoint (docs/checkpoint.md).
+
+It implements the serving policy exactly, one batched forward per step, and is the source
+of the golden outputs in test/fixtures and the "plain TorchScript loop" baseline of the
+benchmarks. Nothing here is clever on purpose.
+
+Policy, for each row (C = block_size, M = its max_new_tokens):
+- reserve = min(M, C // 2); the prompt keeps its most recent C - reserve tokens;
+- an empty prompt is fed as one <bos> (or <eos> when the tokenizer has no bos);
+- every step feeds each active row its pending tokens at its own position (prefill and
+  decode are the same call; shorter rows are padded with pad_token_id, lengths say how many
+  are real; finished rows are fed lengths = 0 and stay idle);
+- greedy = argmax, ties to the lowest id; otherwise temperature then top-k sampling;
+- a row stops after M tokens or when it samples eos (eos is not part of the output);
+- when the next token would land at position C, the row is re-prefilled with its most
+  recent C // 2 tokens (prompt + generated so far) at positions 0..C//2-1.
+
+    /usr/bin/python3 scripts/model/reference.py models/brown-gpt.pt \
+        --prompt "The jury said" --max-new-tokens 80 [--temperature 0.8 --top-k 40 --seed 0]
+"""
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Union
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+
+GREEDY_TEMPERATURE = 1e-5   # temperatures at or below this are greedy (no NaN from 1/T)
+
+
+@dataclass
+class Checkpoint:
+    module: torch.jit.ScriptModule
+    config: dict
+    tokenizer_json: Optional[str] = None
+    path: str = ""
+
+    @property
+    def block_size(self) -> int:
+        return int(self.config["block_size"])
+
+    @property
+    def tokenizer(self) -> dict:
+        return self.config["tokenizer"]
+
+    def encode(self, text: str) -> List[int]:
+        """Byte tokenizer only (UTF-8 bytes, no bos unless add_bos)."""
+        tok = self.tokenizer
+        if tok["kind"] != "byte":
+            raise ValueError(f"reference.py encodes text only for the byte tokenizer, "
+                             f"not {tok['kind']!r}; pass token ids instead")
+        ids = list(text.encode("utf-8"))
+        if tok.get("add_bos") and tok.get("bos_token_id") is not None:
+            ids = [tok["bos_token_id"]] + ids
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Byte tokenizer: ids < 256 are bytes; special ids produce no text."""
+        if self.tokenizer["kind"] != "byte":
+            raise ValueError("reference.py decodes only the byte tokenizer")
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+def load(path: str, device: str = "cpu") -> Checkpoint:
+    extra = {"config.json": "", "tokenizer.json": ""}
+    module = torch.jit.load(path, map_location=device, _extra_files=extra)
+    module.eval()
+    if not extra["config.json"]:
+        raise ValueError(f"{path}: no config.json in the archive (extra file missing)")
+    config = json.loads(extra["config.json"])
+    tok_json = extra["tokenizer.json"].decode("utf-8") if extra["tokenizer.json"] else None
+    return Checkpoint(module, config, tok_json, path)
+
+
+@dataclass
+class _Row:
+    history: List[int]              # tokens fed or pending so far (prompt + generated)
+    pending: List[int]              # tokens to feed at the next step
+    pos: int                        # cache positions already written
+    max_new: int
+    out: List[int] = field(default_factory=list)
+    done: bool = False
+
+
+def truncate_prompt(ids: Sequence[int], max_new_tokens: int, block_size: int) -> List[int]:
+    reserve = min(max_new_tokens, block_size // 2)
+    keep = block_size - reserve
+    return list(ids[-keep:]) if len(ids) > keep else list(ids)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """argmax per row, ties to the lowest id (stated explicitly, not left to the kernel)."""
+    best = logits.max(dim=-1, keepdim=True).values
+    ids = torch.arange(logits.size(-1)).expand_as(logits)
+    return torch.where(logits == best, ids, logits.size(-1)).min(dim=-1).values
+
+
+def sample(logits: torch.Tensor, temperature: float, top_k: Optional[int],
+           generator: Optional[torch.Generator]) -> torch.Tensor:
+    if temperature <= GREEDY_TEMPERATURE:
+        return greedy(logits)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
+             max_new_tokens: Union[int, Sequence[int]], temperature: float = 0.0,
+             top_k: Optional[int] = None, seed: Optional[int] = None,
+             first_logits: Optional[List[torch.Tensor]] = None,
+             trace: Optional[List[dict]] = None) -> List[List[int]]:
+    """Generated token ids for each prompt (a batch, one forward per step).
+
+    If `first_logits` is a list, the logits of the first step (after each row's prompt)
+    are appended to it, one [V] tensor per row. If `trace` is a list, one dict per row is
+    appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos and
+    min_margin (smallest top-1 minus top-2 logit over the row's steps; small margins make
+    greedy goldens fragile across BLAS builds)."""
+    B = len(prompts)
+    if B == 0:
+        return []
+    if isinstance(max_new_tokens, int):
+        max_new_tokens = [max_new_tokens] * B
+    if len(max_new_tokens) != B:
+        raise ValueError("max_new_tokens: one per prompt")
+    tok = ckpt.tokenizer
+    C = ckpt.block_size
+    eos = tok.get("eos_token_id")
+    pad = tok.get("pad_token_id")
+    pad = pad if pad is not None else (eos if eos is not None else 0)
+    start = tok.get("bos_token_id")
+    start = start if start is not None else eos
+    gen = None
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+
+    rows = []
+    for ids, m in zip(prompts, max_new_tokens):
+        if m < 0:
+            raise ValueError("max_new_tokens must be >= 0")
+        ids = truncate_prompt(ids, m, C)
+        if not ids:
+            if start is None:
+                raise ValueError("empty prompt and the tokenizer has neither bos nor eos")
+            ids = [start]
+        rows.append(_Row(history=list(ids), pending=list(ids), pos=0, max_new=m, done=(m == 0)))
+
+    module = ckpt.module
+    dtype = getattr(torch, ckpt.config.get("dtype", "float32"))
+    cache = torch.zeros(module.cache_shape(B), dtype=dtype)
+    reprefills = [0] * B
+    margins = [float("inf")] * B
+    first = True
+    while not all(r.done for r in rows):
+        T = max(len(r.pending) for r in rows if not r.done)
+        idx = torch.full((B, T), pad, dtype=torch.long)
+        pos = torch.zeros(B, dtype=torch.long)
+        lengths = torch.zeros(B, dtype=torch.long)
+        for b, r in enumerate(rows):
+            pos[b] = r.pos
+            if not r.done:
+                idx[b, :len(r.pending)] = torch.tensor(r.pending, dtype=torch.long)
+                lengths[b] = len(r.pending)
+        logits, cache = module(idx, pos, lengths, cache)
+        if first and first_logits is not None:
+            first_logits.extend(logits[b].clone() for b in range(B))
+        first = False
+        next_ids = sample(logits, temperature, top_k, gen).tolist()
+        top2 = torch.topk(logits, 2, dim=-1).values
+        gaps = (top2[:, 0] - top2[:, 1]).tolist()
+        for b, r in enumerate(rows):
+            if r.done:
+                continue
+            r.pos += len(r.pending)
+            margins[b] = min(margins[b], gaps[b])
+            t = next_ids[b]
+            if eos is not None and t == eos:
+                r.done = True
+                continue
+            r.out.append(t)
+            r.history.append(t)
+            if len(r.out) >= r.max_new:
+                r.done = True
+            elif r.pos >= C:      # cache full: slide by re-prefilling the recent half
+                r.pending = r.history[-(C // 2):]
+                r.pos = 0
+                reprefills[b] += 1
+            else:
+                r.pending = [t]
+    if trace is not None:
+        for b, r in enumerate(rows):
+            used = r.history[:len(r.history) - len(r.out)]
+            trace.append({"prompt_ids_used": used, "reprefills": reprefills[b],
+                          "stopped_on_eos": r.done and len(r.out) < r.max_new,
+                          "min_margin": margins[b]})
+    return [r.out for r in rows]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="reference generation over a serving checkpoint")
+    ap.add_argument("checkpoint")
+    ap.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
+    ap.add_argument("--ids", action="append", default=[],
+                    help="prompt as comma-separated token ids (repeatable)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print JSON lines with ids")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    ckpt = load(args.checkpoint)
+    prompts = [ckpt.encode(p) for p in args.prompt]
+    prompts += [[int(x) for x in s.split(",") if x.strip()] for s in args.ids]
+    if not prompts:
+        ap.error("give at least one --prompt or --ids")
+    outs = generate(ckpt, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed)
+    for prompt, out in zip(prompts, outs):
+        if args.json:
+            rec = {"prompt_ids": prompt, "output_ids": out}
+            if ckpt.tokenizer["kind"] == "byte":
+                rec["output"] = ckpt.decode(out)
+            print(json.dumps(rec, ensure_ascii=False))
+        elif ckpt.tokenizer["kind"] == "byte":
+            print(repr(ckpt.decode(prompt)) + " -> " + repr(ckpt.decode(out)))
+        else:
+            print(f"{prompt} -> {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

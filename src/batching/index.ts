@@ -1,0 +1,2 @@
+export { Batcher } from "./Batcher.js";
+export type { BatcherHooks, BatcherOptions } from "./Batcher.js";

@@ -1,0 +1,79 @@
+/**
+ * What both apps share: request metrics, /health, /metrics, /openapi.json, the rate-limit
+ * middleware in front of every other route, a JSON 404 and a JSON error handler, and the
+ * start()/stop() lifespan hooks.
+ */
+import express, { type RequestHandler } from "express";
+import type { Registry } from "prom-client";
+import { ServingError } from "../errors.js";
+import type { RateLimiter, ServingApp } from "../types.js";
+import { errorHandler, sendError } from "./errorResponse.js";
+import { silentLogger, type LoggerLike } from "./logger.js";
+import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
+import { rateLimit } from "./rateLimit.js";
+import { labelRoute, observeRequests } from "./requestContext.js";
+
+export interface ShellOptions {
+  rateLimiter?: RateLimiter | null;
+  logger?: LoggerLike;
+}
+
+export interface Lifespan {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface AppShell {
+  readonly app: express.Express;
+  readonly registry: Registry;
+  readonly metrics: HttpMetrics;
+  readonly logger: LoggerLike;
+  /** Registers a rate-limited route, labelled in metrics by its template. */
+  route(method: "get" | "post", path: string, ...handlers: RequestHandler[]): void;
+  /** Adds /openapi.json, the 404 and the error handler, and the lifespan: the app is done. */
+  finish(openapi: object, lifespan: Lifespan): ServingApp;
+}
+
+export function createAppShell(options: ShellOptions = {}): AppShell {
+  const logger = options.logger ?? silentLogger;
+  const registry = createRegistry();
+  const metrics = createHttpMetrics(registry);
+  const app = express();
+  app.disable("x-powered-by");
+  app.set("etag", false);
+
+  app.use(observeRequests(metrics));
+
+  // Registered before the limiter: probes and scrapes are never rate limited (spec §4).
+  app.get("/health", labelRoute("/health"), (_req, res) => {
+    res.json({ status: "ok" });
+  });
+  app.get("/metrics", labelRoute("/metrics"), async (_req, res) => {
+    const text = await registry.metrics();
+    res.setHeader("Content-Type", registry.contentType);
+    res.send(text);
+  });
+
+  const limiter = options.rateLimiter ? rateLimit(options.rateLimiter, metrics, logger) : null;
+  const guarded = (route: string): RequestHandler[] => (limiter ? [labelRoute(route), limiter] : [labelRoute(route)]);
+
+  return {
+    app,
+    registry,
+    metrics,
+    logger,
+    route(method, path, ...handlers) {
+      app[method](path, ...guarded(path), ...handlers);
+    },
+    finish(openapi, lifespan) {
+      app.get("/openapi.json", ...guarded("/openapi.json"), (_req, res) => {
+        res.json(openapi);
+      });
+      app.use(...guarded(UNMATCHED_ROUTE), (req, res) => {
+        sendError(res, new ServingError("ERR_NOT_FOUND", `No route for ${req.method} ${req.path}`));
+      });
+      app.use(errorHandler(logger));
+      return Object.assign(app, lifespan) as ServingApp;
+    },
+  };
+}

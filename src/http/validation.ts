@@ -1,0 +1,132 @@
+/**
+ * Request validation: the schemas of schemas.ts compiled once, ajv errors turned into
+ * FastAPI-like `{loc, msg, type}` issues, wire fields turned into the camelCase types.
+ */
+import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
+import { ServingError } from "../errors.js";
+import type { GenerateRequest } from "../types.js";
+import { generateRequestSchema, recommendPathSchema, recommendQuerySchema, type JsonSchema } from "./schemas.js";
+
+/** One violation, as listed under `detail` in a 422 body. */
+export interface ValidationIssue {
+  loc: (string | number)[];
+  msg: string;
+  type: string;
+}
+
+type Location = "body" | "path" | "query";
+
+// Types are strict (no coercion); defaults come from the schemas; every violation is listed.
+const ajv = new Ajv2020({ allErrors: true, useDefaults: true, coerceTypes: false, allowUnionTypes: true });
+
+const compile = (schema: JsonSchema): ValidateFunction => ajv.compile(schema as Record<string, unknown>);
+const validateGenerate = compile(generateRequestSchema);
+const validateRecommendPath = compile(recommendPathSchema);
+const validateRecommendQuery = compile(recommendQuerySchema);
+
+interface GenerateWire {
+  prompt: string;
+  max_new_tokens: number;
+  temperature: number;
+  top_k: number | null;
+  seed?: number;
+}
+
+/** Validates a parsed JSON body (defaults filled in) and returns the engine's request. */
+export function parseGenerateRequest(body: unknown): GenerateRequest {
+  const wire = check<GenerateWire>(validateGenerate, body, "body");
+  const request: GenerateRequest = {
+    prompt: wire.prompt,
+    maxNewTokens: wire.max_new_tokens,
+    temperature: wire.temperature,
+    topK: wire.top_k,
+  };
+  if (wire.seed !== undefined) request.seed = wire.seed;
+  return request;
+}
+
+/** Validates GET /recommend/{user_id}?k= from Express's raw strings. */
+export function parseRecommendRequest(
+  params: Record<string, unknown>,
+  query: Record<string, unknown>,
+): { userId: number; k: number } {
+  const issues: ValidationIssue[] = [];
+  const path = tryCheck<{ user_id: number }>(validateRecommendPath, { user_id: integerOrRaw(params["user_id"]) }, "path", issues);
+  const rawK = query["k"];
+  const q = tryCheck<{ k: number }>(validateRecommendQuery, rawK === undefined ? {} : { k: integerOrRaw(rawK) }, "query", issues);
+  if (path === undefined || q === undefined) throw invalid(issues);
+  return { userId: path.user_id, k: q.k };
+}
+
+/** A 422 error carrying its issues. */
+export function invalid(issues: ValidationIssue[]): ServingError {
+  const summary = issues.map((issue) => `${issue.loc.join(".")}: ${issue.msg}`).join("; ");
+  return new ServingError("ERR_VALIDATION", summary, { detail: issues });
+}
+
+/** Path and query values are strings; only an optional minus and digits make an integer. */
+function integerOrRaw(value: unknown): unknown {
+  return typeof value === "string" && /^-?[0-9]+$/.test(value) ? Number(value) : value;
+}
+
+function check<T>(validate: ValidateFunction, data: unknown, where: Location): T {
+  const issues: ValidationIssue[] = [];
+  const value = tryCheck<T>(validate, data, where, issues);
+  if (value === undefined) throw invalid(issues);
+  return value;
+}
+
+function tryCheck<T>(validate: ValidateFunction, data: unknown, where: Location, issues: ValidationIssue[]): T | undefined {
+  if (validate(data)) return data as T;
+  issues.push(...(validate.errors ?? []).map((error) => toIssue(error, where)));
+  return undefined;
+}
+
+const TYPE_WORDS: Record<string, [words: string, kind: string]> = {
+  integer: ["a valid integer", "int"],
+  number: ["a valid number", "float"],
+  string: ["a valid string", "string"],
+  boolean: ["a valid boolean", "bool"],
+  object: ["a JSON object", "dict"],
+  array: ["a valid array", "list"],
+  null: ["null", "none"],
+};
+
+function toIssue(error: ErrorObject, where: Location): ValidationIssue {
+  const loc: (string | number)[] = [where, ...pointerSegments(error.instancePath)];
+  const params = error.params as Record<string, unknown>;
+  const limit = params["limit"];
+  switch (error.keyword) {
+    case "required":
+      return { loc: [...loc, String(params["missingProperty"])], msg: "Field required", type: "missing" };
+    case "type": {
+      const types = String(params["type"]).split(",");
+      const words = types.map((t) => TYPE_WORDS[t]?.[0] ?? t).join(" or ");
+      return { loc, msg: `Input should be ${words}`, type: `${TYPE_WORDS[types[0]!]?.[1] ?? types[0]}_type` };
+    }
+    case "minLength":
+      return { loc, msg: `String should have at least ${limit} character${limit === 1 ? "" : "s"}`, type: "string_too_short" };
+    case "maxLength":
+      return { loc, msg: `String should have at most ${limit} characters`, type: "string_too_long" };
+    case "minimum":
+      return { loc, msg: `Input should be greater than or equal to ${limit}`, type: "greater_than_equal" };
+    case "maximum":
+      return { loc, msg: `Input should be less than or equal to ${limit}`, type: "less_than_equal" };
+    case "exclusiveMinimum":
+      return { loc, msg: `Input should be greater than ${limit}`, type: "greater_than" };
+    case "exclusiveMaximum":
+      return { loc, msg: `Input should be less than ${limit}`, type: "less_than" };
+    default:
+      return { loc, msg: error.message ?? "Invalid value", type: error.keyword };
+  }
+}
+
+/** "/a/0/b~1c" -> ["a", 0, "b/c"] */
+function pointerSegments(pointer: string): (string | number)[] {
+  if (pointer === "") return [];
+  return pointer
+    .slice(1)
+    .split("/")
+    .map((segment) => segment.replace(/~1/g, "/").replace(/~0/g, "~"))
+    .map((segment) => (/^(0|[1-9][0-9]*)$/.test(segment) ? Number(segment) : segment));
+}
