@@ -1,0 +1,338 @@
+/**
+ * The movie recommender served from a TorchScript checkpoint (docs/recommender.md).
+ *
+ * Concurrent `recommend` calls are coalesced by a Batcher into one batched `recommend`
+ * module call (one matmul), which the addon runs off the JS thread. Unknown users, a
+ * failing model and a missed latency budget all answer with the most popular items and
+ * `fallback: true`; the popular list is read once at load, so the fallback needs no model.
+ */
+import { Batcher } from "../batching/Batcher.js";
+import { verifyChecksum } from "../checkpoint/verify.js";
+import { ServingError, asServingError } from "../errors.js";
+import { loadAddon } from "../native/binding.js";
+import type { RawAddon, RawModule, RawTensor, RawValue } from "../native/types.js";
+import type { Recommendation, Recommender } from "../types.js";
+
+export const RECOMMENDER_FORMAT = "torchserve-node/recommender";
+export const RECOMMENDER_INTERFACE_VERSION = 1;
+
+/** Why a result is a fallback; `recommend_fallback_total` counts them all. */
+export type FallbackReason = "unknown_user" | "model_error" | "latency_budget" | "overloaded";
+
+export interface TorchRecommendation extends Recommendation {
+  /** Present when `fallback` is true. */
+  fallbackReason?: FallbackReason;
+}
+
+/** A pino logger fits. */
+export interface RecommenderLogger {
+  warn(obj: object, msg?: string): void;
+}
+
+export interface TorchRecommenderOptions {
+  /** "cpu", "cuda" or "cuda:N". Default "cpu". */
+  device?: string;
+  /** Past this many ms from the call a request answers with popular items. Default 100; null: none. */
+  latencyBudgetMs?: number | null;
+  /** Most users scored in one module call. Default 64. */
+  maxBatchSize?: number;
+  /** Longest a batch waits for company after its first request, ms. Default 1. */
+  maxWaitMs?: number;
+  /** Most requests waiting for a batch; beyond it requests fall back ("overloaded"). Default 4096. */
+  maxQueueSize?: number;
+  /** Intra-op threads of the model's inference thread. Default 1: one small matmul per batch. */
+  threads?: number;
+  /** Receives a warning per model failure. Silent by default. */
+  logger?: RecommenderLogger;
+  /** Called once per fallback result, e.g. to label a metric by reason. */
+  onFallback?(reason: FallbackReason): void;
+  /** The binding to load the checkpoint with; default: the built addon. */
+  addon?: RawAddon;
+}
+
+export interface RecommenderStats {
+  requests: number;
+  /** Batched `recommend` module calls (the warm-up at load is not counted). */
+  modelCalls: number;
+  fallbacks: Record<FallbackReason, number>;
+}
+
+/** Contents of the checkpoint's config.json that the server relies on. */
+export interface RecommenderConfig {
+  format: string;
+  interface_version: number;
+  counts: { users: number; items: number; interactions?: number };
+  [key: string]: unknown;
+}
+
+interface Query {
+  index: number;
+  k: number;
+}
+
+const DEFAULTS = { device: "cpu", latencyBudgetMs: 100, maxBatchSize: 64, maxWaitMs: 1, maxQueueSize: 4096, threads: 1 };
+
+export class TorchRecommender implements Recommender {
+  readonly config: RecommenderConfig;
+  readonly #module: RawModule;
+  readonly #userIndex: Map<number, number>;
+  readonly #popular: number[];
+  readonly #itemCount: number;
+  readonly #batcher: Batcher<Query, number[]>;
+  readonly #latencyBudgetMs: number | null;
+  readonly #logger: RecommenderLogger | undefined;
+  readonly #onFallback: ((reason: FallbackReason) => void) | undefined;
+  readonly #stats: RecommenderStats = {
+    requests: 0,
+    modelCalls: 0,
+    fallbacks: { unknown_user: 0, model_error: 0, latency_budget: 0, overloaded: 0 },
+  };
+  #disposing: Promise<void> | null = null;
+
+  private constructor(
+    module: RawModule,
+    config: RecommenderConfig,
+    userIds: BigInt64Array,
+    popular: BigInt64Array,
+    options: TorchRecommenderOptions,
+  ) {
+    this.#module = module;
+    this.config = config;
+    this.#userIndex = new Map();
+    userIds.forEach((id, index) => this.#userIndex.set(Number(id), index));
+    this.#popular = Array.from(popular, Number);
+    this.#itemCount = config.counts.items;
+    const budget = options.latencyBudgetMs === undefined ? DEFAULTS.latencyBudgetMs : options.latencyBudgetMs;
+    this.#latencyBudgetMs = budget === null || !Number.isFinite(budget) ? null : budget;
+    this.#logger = options.logger;
+    this.#onFallback = options.onFallback;
+    this.#batcher = new Batcher<Query, number[]>((queries) => this.#scoreBatch(queries), {
+      maxBatchSize: options.maxBatchSize ?? DEFAULTS.maxBatchSize,
+      maxWaitMs: options.maxWaitMs ?? DEFAULTS.maxWaitMs,
+      maxQueueSize: options.maxQueueSize ?? DEFAULTS.maxQueueSize,
+    });
+    this.#batcher.start();
+  }
+
+  /**
+   * Loads a checkpoint: verifies `<path>.sha256` when present, loads the module through the
+   * addon, checks its format and interface version, reads the user ids and the popular
+   * items once, and warms the scoring path up.
+   */
+  static async load(path: string, options: TorchRecommenderOptions = {}): Promise<TorchRecommender> {
+    await verifyChecksum(path); // ERR_CHECKPOINT_NOT_FOUND, or ERR_CHECKPOINT_INVALID on a mismatch
+    const addon = options.addon ?? (await loadAddon());
+    let module: RawModule;
+    try {
+      module = await addon.loadModule(path, {
+        device: options.device ?? DEFAULTS.device,
+        extraFiles: ["config.json"],
+        threads: options.threads ?? DEFAULTS.threads,
+      });
+    } catch (err) {
+      throw asServingError(err, "ERR_CHECKPOINT_INVALID");
+    }
+    return TorchRecommender.fromModule(module, options);
+  }
+
+  /** Wraps an already loaded module (it must carry config.json). Takes ownership: disposes it on failure. */
+  static async fromModule(module: RawModule, options: TorchRecommenderOptions = {}): Promise<TorchRecommender> {
+    try {
+      const config = parseConfig(module.extraFiles["config.json"]);
+      const version = await module.run("interface_version", []);
+      if (version !== RECOMMENDER_INTERFACE_VERSION) {
+        throw interfaceError(`module interface_version() is ${String(version)}, expected ${RECOMMENDER_INTERFACE_VERSION}`);
+      }
+      const userIds = int64Vector(await module.run("user_ids", []), "user_ids()");
+      const popular = int64Vector(await module.run("popular", [config.counts.items]), "popular(k)");
+      if (userIds.length !== config.counts.users || popular.length !== config.counts.items) {
+        throw interfaceError(
+          `config.json counts (${config.counts.users} users, ${config.counts.items} items) disagree with the ` +
+            `module (${userIds.length} users, ${popular.length} popular items)`,
+        );
+      }
+      // TorchScript's profiling executor optimises on the first calls of a shape (the first
+      // call costs ~100 ms): pay that at load, for a lone request and for a full batch.
+      const k = Math.min(10, config.counts.items);
+      const sizes = new Set([1, Math.min(options.maxBatchSize ?? DEFAULTS.maxBatchSize, userIds.length)]);
+      for (const size of userIds.length > 0 ? sizes : []) {
+        const probe: RawTensor = { dtype: "int64", shape: [size], data: BigInt64Array.from({ length: size }, (_, i) => BigInt(i)) };
+        for (let i = 0; i < 2; i++) {
+          const result = await module.run("recommend", [probe, k]);
+          try {
+            recommendIds(result, size, k);
+          } catch (err) {
+            throw interfaceError((err as Error).message);
+          }
+        }
+      }
+      return new TorchRecommender(module, config, userIds, popular, options);
+    } catch (err) {
+      await module.dispose().catch(() => undefined);
+      throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
+    }
+  }
+
+  get userCount(): number {
+    return this.#userIndex.size;
+  }
+
+  get itemCount(): number {
+    return this.#itemCount;
+  }
+
+  /** Counters since load, for metrics. */
+  stats(): RecommenderStats {
+    return { ...this.#stats, fallbacks: { ...this.#stats.fallbacks } };
+  }
+
+  /** Top-k unseen raw movie ids for a known user; the k most popular, flagged, otherwise. */
+  async recommend(userId: number, k: number): Promise<TorchRecommendation> {
+    if (this.#disposing) throw new ServingError("ERR_DISPOSED", "the recommender has been disposed");
+    if (!Number.isSafeInteger(userId)) {
+      throw new ServingError("ERR_INVALID_ARGUMENT", `userId must be an integer, got ${userId}`);
+    }
+    if (!Number.isSafeInteger(k) || k < 1) {
+      throw new ServingError("ERR_INVALID_ARGUMENT", `k must be an integer >= 1, got ${k}`);
+    }
+    this.#stats.requests++;
+    const index = this.#userIndex.get(userId);
+    if (index === undefined) return this.#fallback(k, "unknown_user");
+
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const budget =
+      this.#latencyBudgetMs === null
+        ? null
+        : new Promise<"budget">((resolve) => {
+            timer = setTimeout(() => {
+              controller.abort(); // still queued: leave the queue; in flight: the result is dropped
+              resolve("budget");
+            }, this.#latencyBudgetMs!);
+          });
+    const scored = this.#batcher.submit({ index, k }, controller.signal);
+    try {
+      const items = await (budget === null ? scored : Promise.race([scored, budget]));
+      if (items === "budget") return this.#fallback(k, "latency_budget");
+      return { items, fallback: false };
+    } catch (err) {
+      if (controller.signal.aborted) return this.#fallback(k, "latency_budget");
+      const code = (err as { code?: unknown } | null)?.code;
+      if (code === "ERR_QUEUE_FULL") return this.#fallback(k, "overloaded");
+      this.#logger?.warn({ err, userId }, "recommender model call failed; answering with popular items");
+      return this.#fallback(k, "model_error");
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Finishes queued requests, then releases the module. Idempotent. */
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await this.#batcher.stop();
+      await this.#module.dispose();
+    })();
+    return this.#disposing;
+  }
+
+  #fallback(k: number, reason: FallbackReason): TorchRecommendation {
+    this.#stats.fallbacks[reason]++;
+    try {
+      this.#onFallback?.(reason);
+    } catch {
+      // a metrics hook must not turn a fallback into an error
+    }
+    return { items: this.#popular.slice(0, k), fallback: true, fallbackReason: reason };
+  }
+
+  /** One module call for the whole batch, as wide as its largest k (capped at the catalogue). */
+  async #scoreBatch(queries: Query[]): Promise<number[][]> {
+    const width = Math.min(this.#itemCount, queries.reduce((max, q) => Math.max(max, q.k), 0));
+    const users: RawTensor = {
+      dtype: "int64",
+      shape: [queries.length],
+      data: BigInt64Array.from(queries, (q) => BigInt(q.index)),
+    };
+    this.#stats.modelCalls++;
+    let ids: BigInt64Array;
+    try {
+      ids = recommendIds(await this.#module.run("recommend", [users, width]), queries.length, width);
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
+    }
+    return queries.map((q, row) => {
+      const items: number[] = [];
+      const end = row * width + Math.min(q.k, width);
+      // Padding (id -1) only ever trails a row: a user who has seen almost everything.
+      for (let j = row * width; j < end && ids[j]! >= 0n; j++) items.push(Number(ids[j]));
+      return items;
+    });
+  }
+}
+
+/** Builds a recommender from RECSYS_CKPT (required) and RECSYS_DEVICE (default "cpu"). */
+export async function createRecommenderFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  options: Omit<TorchRecommenderOptions, "device"> = {},
+): Promise<TorchRecommender> {
+  const path = env.RECSYS_CKPT?.trim();
+  if (!path) {
+    throw new ServingError(
+      "ERR_CONFIG",
+      "RECSYS_CKPT is not set: point it at a recommender checkpoint (for example models/recsys-demo.pt)",
+    );
+  }
+  const device = env.RECSYS_DEVICE?.trim() || DEFAULTS.device;
+  return TorchRecommender.load(path, { ...options, device });
+}
+
+function interfaceError(message: string): ServingError {
+  return new ServingError("ERR_CHECKPOINT_INTERFACE", `not a ${RECOMMENDER_FORMAT} checkpoint: ${message}`);
+}
+
+function parseConfig(text: string | undefined): RecommenderConfig {
+  if (text === undefined) throw interfaceError("config.json is missing from the archive");
+  let config: RecommenderConfig;
+  try {
+    config = JSON.parse(text) as RecommenderConfig;
+  } catch (err) {
+    throw interfaceError(`config.json is not JSON (${(err as Error).message})`);
+  }
+  if (config?.format !== RECOMMENDER_FORMAT) throw interfaceError(`config.json format is ${String(config?.format)}`);
+  if (config.interface_version !== RECOMMENDER_INTERFACE_VERSION) {
+    throw interfaceError(
+      `config.json interface_version is ${String(config.interface_version)}, this server speaks ${RECOMMENDER_INTERFACE_VERSION}`,
+    );
+  }
+  const { users, items } = config.counts ?? {};
+  if (!Number.isSafeInteger(users) || !Number.isSafeInteger(items) || users < 0 || items < 0) {
+    throw interfaceError("config.json counts.users / counts.items are missing");
+  }
+  return config;
+}
+
+function isTensor(value: RawValue): value is RawTensor {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && "dtype" in value;
+}
+
+function int64Vector(value: RawValue, what: string): BigInt64Array {
+  if (!isTensor(value) || value.dtype !== "int64" || value.shape.length !== 1) {
+    throw interfaceError(`${what} must return a 1-D int64 tensor`);
+  }
+  return value.data as BigInt64Array;
+}
+
+/** The ids of `recommend`'s (ids[B,k] int64, scores[B,k] float32) result, shape-checked. */
+function recommendIds(value: RawValue, rows: number, width: number): BigInt64Array {
+  if (!Array.isArray(value) || value.length !== 2 || !isTensor(value[0]!) || !isTensor(value[1]!)) {
+    throw new ServingError("ERR_INFERENCE", "recommend() must return a (ids, scores) tuple of tensors");
+  }
+  const ids = value[0];
+  if (ids.dtype !== "int64" || ids.shape.length !== 2 || ids.shape[0] !== rows || ids.shape[1] !== width) {
+    throw new ServingError(
+      "ERR_INFERENCE",
+      `recommend() returned ids ${ids.dtype}[${ids.shape.join(",")}], expected int64[${rows},${width}]`,
+    );
+  }
+  return ids.data as BigInt64Array;
+}
