@@ -6,3 +6,4 @@ export { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer, type StreamDecoder
 export { parseModelConfig, type ModelConfig } from "./engine/config.js";
 export { verifyChecksum } from "./checkpoint/verify.js";
 export * from "./http/index.js";
+export * from "./recsys/index.js";

@@ -159,11 +159,18 @@ describe("native addon", function () {
       }
     });
 
-    it("cuda on a CPU-only build, or an unknown device, is ERR_DEVICE with the fix", async function () {
-      if (addon.cudaAvailable()) this.skip(); // a GPU host: cuda is valid there
-      const cuda = await rejection(load(fixture("tiny-gpt.pt"), "cuda"));
-      expect(cuda.code).to.equal("ERR_DEVICE");
-      expect(cuda.message).to.match(/CPU-only libtorch|no CUDA GPU/);
+    it("cuda on a CPU-only build, a GPU that is not there, or an unknown device is ERR_DEVICE with the fix", async () => {
+      if (addon.cudaAvailable()) {
+        const model = await load(fixture("tiny-gpt.pt"), "cuda");
+        expect(model.device).to.equal("cuda:0");
+        await model.dispose();
+      } else {
+        const cuda = await rejection(load(fixture("tiny-gpt.pt"), "cuda"));
+        expect(cuda.code).to.equal("ERR_DEVICE");
+        expect(cuda.message).to.match(/CPU-only libtorch|no CUDA GPU/);
+      }
+      const absent = await rejection(load(fixture("tiny-gpt.pt"), `cuda:${addon.cudaDeviceCount() + 7}`));
+      expect(absent.code).to.equal("ERR_DEVICE");
       const unknown = await rejection(load(fixture("tiny-gpt.pt"), "gpu:0"));
       expect(unknown.code).to.equal("ERR_DEVICE");
       expect(unknown.message).to.include('"cpu", "cuda" or "cuda:N"');
@@ -208,11 +215,11 @@ describe("native addon", function () {
       });
       // Wait until the first job is on the inference thread, then queue a second one.
       while (!started) await new Promise((resolve) => setImmediate(resolve));
-      const queued = model.generate([row], null);
+      const queued = rejection(model.generate([row], null).result);
       const disposed = Promise.all([model.dispose(), model.dispose()]);
       const [out] = await running.result;
       expect(out!.length).to.equal(300);
-      const err = await rejection(queued.result);
+      const err = await queued;
       expect(err.code).to.equal("ERR_DISPOSED");
       await disposed;
       await model.dispose();
