@@ -1,0 +1,75 @@
+/**
+ * The server's settings, from the environment, each checked with an error naming the
+ * variable. README "Configuration" lists them all.
+ */
+import { ServingError } from "../errors.js";
+
+export interface ServerConfig {
+  host: string;
+  port: number;
+  recsysPort: number;
+  /** Undefined: `npm start` falls back to the demo model. */
+  serviceCkpt: string | undefined;
+  serviceDevice: string;
+  serviceThreads: number | undefined;
+  recsysCkpt: string | undefined;
+  recsysDevice: string;
+  recsysLatencyBudgetMs: number;
+  maxBatchSize: number;
+  maxWaitMs: number;
+  maxQueueSize: number;
+  /** Requests per second per key; undefined: no rate limit. */
+  rateLimitPerSecond: number | undefined;
+  rateLimitBurst: number | undefined;
+  redisUrl: string | undefined;
+  logLevel: string;
+  shutdownTimeoutMs: number;
+}
+
+function text(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value ? value : undefined;
+}
+
+function number(env: NodeJS.ProcessEnv, name: string, fallback: number, check: (n: number) => boolean, rule: string): number;
+function number(env: NodeJS.ProcessEnv, name: string, fallback: undefined, check: (n: number) => boolean, rule: string): number | undefined;
+function number(env: NodeJS.ProcessEnv, name: string, fallback: number | undefined, check: (n: number) => boolean, rule: string): number | undefined {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || !check(value)) {
+    throw new ServingError("ERR_CONFIG", `${name} must be ${rule}, got "${raw}"`);
+  }
+  return value;
+}
+
+const port = (n: number) => Number.isInteger(n) && n >= 0 && n <= 65535;
+const positiveInt = (n: number) => Number.isInteger(n) && n >= 1;
+const positive = (n: number) => n > 0;
+const nonNegative = (n: number) => n >= 0;
+
+export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const config: ServerConfig = {
+    host: text(env, "HOST") ?? "0.0.0.0",
+    port: number(env, "PORT", 8000, port, "a port number (0-65535)"),
+    recsysPort: number(env, "RECSYS_PORT", 8001, port, "a port number (0-65535)"),
+    serviceCkpt: text(env, "SERVICE_CKPT"),
+    serviceDevice: text(env, "SERVICE_DEVICE") ?? "cpu",
+    serviceThreads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
+    recsysCkpt: text(env, "RECSYS_CKPT"),
+    recsysDevice: text(env, "RECSYS_DEVICE") ?? "cpu",
+    recsysLatencyBudgetMs: number(env, "RECSYS_LATENCY_BUDGET_MS", 100, positive, "a positive number of milliseconds"),
+    maxBatchSize: number(env, "MAX_BATCH_SIZE", 8, positiveInt, "a positive integer"),
+    maxWaitMs: number(env, "MAX_WAIT_MS", 5, nonNegative, "a number of milliseconds >= 0"),
+    maxQueueSize: number(env, "MAX_QUEUE_SIZE", 1024, positiveInt, "a positive integer"),
+    rateLimitPerSecond: number(env, "RATE_LIMIT_PER_SECOND", undefined, positive, "a positive number"),
+    rateLimitBurst: number(env, "RATE_LIMIT_BURST", undefined, positiveInt, "a positive integer"),
+    redisUrl: text(env, "REDIS_URL"),
+    logLevel: text(env, "LOG_LEVEL") ?? "info",
+    shutdownTimeoutMs: number(env, "SHUTDOWN_TIMEOUT_MS", 30000, nonNegative, "a number of milliseconds >= 0"),
+  };
+  if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
+    throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");
+  }
+  return config;
+}

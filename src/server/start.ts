@@ -1,0 +1,118 @@
+/**
+ * Starts both applications from a ServerConfig: the text-generation app on `port` and the
+ * recommendation app on `recsysPort`, sharing one rate limiter. Used by src/server.ts
+ * (`npm start`) and by the end-to-end tests.
+ */
+import type { AddressInfo } from "node:net";
+import type { Server } from "node:http";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { TorchEngine } from "../engine/TorchEngine.js";
+import { createApp } from "../http/createApp.js";
+import { createRecsysApp } from "../http/createRecsysApp.js";
+import type { LoggerLike } from "../http/logger.js";
+import { RedisRateLimiter } from "../ratelimit/RedisRateLimiter.js";
+import { TokenBucketRateLimiter } from "../ratelimit/TokenBucketRateLimiter.js";
+import { TorchRecommender } from "../recsys/TorchRecommender.js";
+import type { RateLimiter, ServingApp } from "../types.js";
+import type { ServerConfig } from "./config.js";
+
+const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+export const DEMO_MODELS = {
+  text: join(packageRoot, "models", "brown-gpt.pt"),
+  recsys: join(packageRoot, "models", "recsys-demo.pt"),
+};
+
+export interface RunningApp {
+  app: ServingApp;
+  server: Server;
+  /** http://host:port with the port actually bound. */
+  url: string;
+}
+
+export interface RunningServer {
+  text: RunningApp;
+  recsys: RunningApp;
+  /** Stops admitting, drains queued and in-flight work, releases the models. */
+  close(): Promise<void>;
+}
+
+function limiterFrom(config: ServerConfig): (RateLimiter & { close?(): Promise<void> }) | null {
+  if (config.rateLimitPerSecond === undefined) return null;
+  const refillPerSecond = config.rateLimitPerSecond;
+  const capacity = config.rateLimitBurst ?? Math.max(1, Math.ceil(refillPerSecond));
+  return config.redisUrl
+    ? new RedisRateLimiter(config.redisUrl, { capacity, refillPerSecond })
+    : new TokenBucketRateLimiter({ capacity, refillPerSecond });
+}
+
+async function listen(app: ServingApp, host: string, port: number): Promise<RunningApp> {
+  const server = app.listen(port, host);
+  await new Promise<void>((resolveListen, reject) => {
+    server.once("listening", resolveListen);
+    server.once("error", reject);
+  });
+  const { port: bound } = server.address() as AddressInfo;
+  const shown = host === "0.0.0.0" || host === "::" ? "localhost" : host;
+  return { app, server, url: `http://${shown}:${bound}` };
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolveClose) => {
+    server.close(() => resolveClose());
+    server.closeIdleConnections();
+  });
+}
+
+export async function startServer(config: ServerConfig, logger: LoggerLike): Promise<RunningServer> {
+  const textCkpt = config.serviceCkpt ?? DEMO_MODELS.text;
+  const recsysCkpt = config.recsysCkpt ?? DEMO_MODELS.recsys;
+  if (!config.serviceCkpt) logger.info({ checkpoint: textCkpt }, "SERVICE_CKPT not set: serving the demo language model");
+  if (!config.recsysCkpt) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
+
+  const loads = await Promise.allSettled([
+    TorchEngine.load(textCkpt, { device: config.serviceDevice, threads: config.serviceThreads }),
+    TorchRecommender.load(recsysCkpt, {
+      device: config.recsysDevice,
+      latencyBudgetMs: config.recsysLatencyBudgetMs,
+      logger,
+    }),
+  ] as const);
+  if (loads[0].status === "rejected" || loads[1].status === "rejected") {
+    await Promise.all(loads.map((load) => (load.status === "fulfilled" ? load.value.dispose() : undefined)));
+    throw loads[0].status === "rejected" ? loads[0].reason : (loads[1] as PromiseRejectedResult).reason;
+  }
+  const engine = loads[0].value;
+  const recommender = loads[1].value;
+  logger.info(
+    { checkpoint: textCkpt, device: engine.device, runtime: engine.runtime, contextLength: engine.config.contextLength },
+    "language model loaded",
+  );
+
+  const limiter = limiterFrom(config);
+  const textApp = createApp(engine, {
+    maxBatchSize: config.maxBatchSize,
+    maxWaitMs: config.maxWaitMs,
+    maxQueueSize: config.maxQueueSize,
+    rateLimiter: limiter,
+    logger,
+  });
+  const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger });
+  await Promise.all([textApp.start(), recsysApp.start()]);
+  const text = await listen(textApp, config.host, config.port);
+  const recsys = await listen(recsysApp, config.host, config.recsysPort);
+
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      // Refuse new connections, let the apps finish what they admitted, then free the models.
+      const servers = Promise.all([closeServer(text.server), closeServer(recsys.server)]);
+      await Promise.all([textApp.stop(), recsysApp.stop()]);
+      text.server.closeAllConnections();
+      recsys.server.closeAllConnections();
+      await servers;
+      await Promise.all([engine.dispose(), recommender.dispose(), limiter?.close?.()]);
+    })());
+  return { text, recsys, close };
+}
