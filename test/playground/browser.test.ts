@@ -64,8 +64,8 @@ describe("playground in a headless browser", function () {
     expect(problems, "errors in the page").to.deep.equal([]);
   });
 
-  async function open(base: string, viewport = DESKTOP, path = "/"): Promise<Page> {
-    context = await browser.newContext({ viewport });
+  async function open(base: string, viewport = DESKTOP, path = "/", colorScheme: "light" | "dark" = "light"): Promise<Page> {
+    context = await browser.newContext({ viewport, colorScheme });
     context.setDefaultTimeout(15000);
     const page = await context.newPage();
     page.on("pageerror", (err) => pageProblems.push(`pageerror: ${err.message}`));
@@ -99,7 +99,7 @@ describe("playground in a headless browser", function () {
   }
 
   async function fillParameters(page: Page, values: { prompt?: string; maxNewTokens?: string; temperature?: string; topK?: string; seed?: string }) {
-    if (values.prompt !== undefined) await page.getByLabel("Prompt").fill(values.prompt);
+    if (values.prompt !== undefined) await page.getByLabel("Prompt", { exact: true }).fill(values.prompt);
     if (values.maxNewTokens !== undefined) await page.getByLabel("Max new tokens").fill(values.maxNewTokens);
     if (values.temperature !== undefined) await page.getByLabel("Temperature").fill(values.temperature);
     if (values.topK !== undefined) await page.getByLabel("Top k").fill(values.topK);
@@ -185,9 +185,9 @@ describe("playground in a headless browser", function () {
         yield `<${call.request.prompt}>`;
       });
       const page = await open(await started(createApp(engine)));
-      await page.getByLabel("Prompt").fill("héllo 🙂");
+      await page.getByLabel("Prompt", { exact: true }).fill("héllo 🙂");
       expect(await text(page, "#prompt-count")).to.equal("7");
-      await page.getByLabel("Prompt").press("Control+Enter");
+      await page.getByLabel("Prompt", { exact: true }).press("Control+Enter");
       await waitForState(page, "done");
       expect(await text(page, "#continuation")).to.equal("<héllo 🙂>");
     });
@@ -196,7 +196,7 @@ describe("playground in a headless browser", function () {
       const engine = new StreamEngine(async function* () {
         yield "never";
       });
-      const page = await open(await started(createApp(engine)), PHONE);
+      const page = await open(await started(createApp(engine)), PHONE, "/", "dark");
       await fillParameters(page, { maxNewTokens: "600", temperature: "0", topK: "0" });
       await page.getByRole("button", { name: "Generate" }).click();
       await waitForState(page, "error");
@@ -208,7 +208,7 @@ describe("playground in a headless browser", function () {
       expect(await text(page, "#status")).to.equal("Failed: HTTP 422");
       expect(await text(page, "#continuation")).to.equal("");
       expect(engine.calls.all).to.have.length(0);
-      await screenshot(page, "text-422-phone");
+      await screenshot(page, "text-422-phone-dark");
     });
 
     it("shows a 429 with its Retry-After when the rate limiter denies the generation", async () => {
