@@ -84,7 +84,10 @@ describe("end to end: node dist/src/server.js", function () {
       for (const model of [DEMO_MODELS.text, DEMO_MODELS.recsys]) {
         if (!existsSync(model)) throw new Error(`demo model ${model} is missing: it is committed to the repository (models/)`);
       }
-      server = new ServerProcess({});
+      // The recommender answers slow calls with a fallback by design (RECSYS_LATENCY_BUDGET_MS,
+      // default 100 ms); a generous budget keeps "a known user is not a fallback" from depending
+      // on how busy the test machine is.
+      server = new ServerProcess({ RECSYS_LATENCY_BUDGET_MS: "10000" });
       ({ text, recsys } = await server.ready());
     });
 
