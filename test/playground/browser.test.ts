@@ -88,8 +88,15 @@ describe("playground in a headless browser", function () {
 
   const text = (page: Page, selector: string): Promise<string> => page.locator(selector).innerText();
 
+  /** The DOM, as far as these predicates need it (the tests compile without the DOM library). */
+  type Dom = { document: { querySelector(selector: string): { textContent: string | null; dataset: Record<string, string> } | null } };
+
   async function waitForText(page: Page, selector: string, expected: string): Promise<void> {
-    await page.waitForFunction(`document.querySelector(${JSON.stringify(selector)})?.textContent === ${JSON.stringify(expected)}`);
+    // A function, not a string: the page's CSP forbids eval, which a string predicate needs.
+    await page.waitForFunction(
+      ([sel, want]) => (globalThis as unknown as Dom).document.querySelector(sel)?.textContent === want,
+      [selector, expected] as const,
+    );
   }
 
   const waitForState = (page: Page, state: string) => page.locator(`#status[data-state="${state}"]`).waitFor();
@@ -312,7 +319,9 @@ describe("playground in a headless browser", function () {
       await screenshot(page, "text-real-engine-phone");
 
       // Forget the first run's "done", so that only the second run's end can match.
-      await page.evaluate(`document.getElementById("status").dataset.state = "stale"`);
+      await page.evaluate(() => {
+        (globalThis as unknown as Dom).document.querySelector("#status")!.dataset["state"] = "stale";
+      });
       await page.getByRole("button", { name: "Generate" }).click();
       await waitForState(page, "done");
       expect(await page.locator("#continuation").textContent()).to.equal(first);
