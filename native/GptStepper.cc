@@ -1,5 +1,6 @@
 #include "GptStepper.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -109,22 +110,9 @@ void GptStepper::Begin(int64_t batch) {
   values_.Resize(perCache);
 }
 
-void GptStepper::Keep(const at::Tensor& rows) {
-  const auto kept = rows.to(at::kLong).contiguous();
-  const int64_t* from = kept.data_ptr<int64_t>();
-  const size_t block = static_cast<size_t>(heads_) * headDim_ * contextPad_;
-  const int count = static_cast<int>(kept.numel());
-  for (int l = 0; l < layers_; ++l) {
-    for (int i = 0; i < count; ++i) {
-      // Rows are kept in increasing order, so copying slot from[i] down to i never clobbers a
-      // slot still to be read (the layout changes from slots_ to count slots per layer).
-      std::memmove(keys_.get() + (static_cast<size_t>(l) * count + i) * block,
-                   keys_.get() + (static_cast<size_t>(l) * slots_ + from[i]) * block, block * sizeof(float));
-      std::memmove(values_.get() + (static_cast<size_t>(l) * count + i) * block,
-                   values_.get() + (static_cast<size_t>(l) * slots_ + from[i]) * block, block * sizeof(float));
-    }
-  }
-  slots_ = count;
+int64_t GptStepper::SlotBudget() const {
+  const int64_t bytesPerSlot = 2LL * layers_ * heads_ * headDim_ * contextPad_ * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>((256LL << 20) / bytesPerSlot, 8, 64);
 }
 
 at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {

@@ -133,6 +133,44 @@ describe("native addon", function () {
     });
   });
 
+  describe("continuous batching", () => {
+    const golden = goldenFor("tiny-gpt.pt");
+    for (const runtime of ["native", "torchscript"] as const) {
+      it(`every golden case as its own concurrent job still matches the reference (${runtime})`, async () => {
+        const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+        try {
+          const chosen = await model.configure({ contextLength: 64, eosTokenId: 257, runtime, architecture: "gpt", gelu: "tanh" });
+          expect(chosen.runtime).to.equal(runtime);
+          const outs = await Promise.all(golden.cases.map((c) => model.generate([greedy(c)], null).result));
+          expect(outs.map(([o]) => Array.from(o!))).to.deep.equal(golden.cases.map((c) => c.output_ids));
+        } finally {
+          await model.dispose();
+        }
+      });
+    }
+
+    it("a job submitted while another decodes joins it and finishes first (native runtime)", async () => {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      try {
+        await model.configure({ contextLength: 64, eosTokenId: -1, runtime: "native", architecture: "gpt", gelu: "tanh" });
+        let longDone = false;
+        let started!: () => void;
+        const firstToken = new Promise<void>((resolve) => (started = resolve));
+        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: 500, temperature: 1, topK: 0, seed: 1 }], () => started());
+        long.result.then(() => (longDone = true), () => {});
+        await firstToken;
+        const c = golden.cases[0]!;
+        const [short] = await model.generate([greedy(c)], null).result;
+        expect(longDone, "the short job waited for the long one").to.equal(false);
+        expect(Array.from(short!)).to.deep.equal(c.output_ids);
+        const [longOut] = await long.result;
+        expect(longOut!.length).to.equal(500);
+      } finally {
+        await model.dispose();
+      }
+    });
+  });
+
   describe("errors", () => {
     const load = (file: string, device = "cpu") => addon.loadLanguageModel(file, { device, extraFiles: ["config.json"] });
 
