@@ -136,11 +136,12 @@ for (const target of TARGETS) {
       expect(valueOf(metrics, "http_requests_total", { route: "/", status: "429" })).to.equal(1);
     });
 
-    it("serves only GET: POST / is a JSON 404 like any unknown route", async () => {
+    it("serves only GET: POST / is a JSON 405 naming the allowed methods", async () => {
       running = await listen(target.make());
       const response = await fetch(`${running.base}/`, { method: "POST" });
-      expect(response.status).to.equal(404);
-      expect(await response.json()).to.deep.include({ code: "ERR_NOT_FOUND" });
+      expect(response.status).to.equal(405);
+      expect(response.headers.get("allow")).to.equal("GET, HEAD");
+      expect(await response.json()).to.deep.include({ code: "ERR_METHOD_NOT_ALLOWED" });
     });
   });
 }
