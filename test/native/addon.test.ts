@@ -3,6 +3,7 @@
  * token for token, alone and in mixed batches, and every failure is a coded, catchable error.
  */
 import { expect } from "chai";
+import { readFileSync } from "node:fs";
 
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
@@ -233,6 +234,24 @@ describe("native addon", function () {
   });
 
   describe("lifecycle", () => {
+    it("leaks no handles or threads over load / generate / dispose cycles", async () => {
+      const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1]);
+      const cycle = async () => {
+        const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 2 });
+        // The native runtime, so its compute team (a worker thread at threads: 2) is covered too.
+        const { runtime } = await model.configure({ contextLength: 64, eosTokenId: 257, architecture: "gpt", gelu: "tanh" });
+        expect(runtime).to.equal("native");
+        await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, temperature: 0, topK: 0, seed: -1 }], () => {}).result;
+        await model.dispose();
+      };
+      await cycle(); // libuv's pool and libtorch's own threads start on first use
+      const resourcesBefore = process.getActiveResourcesInfo().length;
+      const threadsBefore = threads();
+      for (let i = 0; i < 10; i++) await cycle();
+      expect(process.getActiveResourcesInfo().length).to.equal(resourcesBefore);
+      expect(threads()).to.equal(threadsBefore);
+    });
+
     it("runs any exported method off the JS thread", async () => {
       const model = await addon.loadModule(fixture("tiny-gpt.pt"), { device: "cpu" });
       try {
