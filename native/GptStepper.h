@@ -37,7 +37,9 @@ class GptStepper : public Stepper {
     PackedLinear qkv, proj, fc, out;
   };
 
+  // Runs inside team_.Run: 5 phases per layer.
   void Layers(int member, int rows);
+  static int Pairs(const PackedLinear& w);
   float* KeysT(int layer, int slot, int head) const;
   float* Values(int layer, int slot, int head) const;
 
