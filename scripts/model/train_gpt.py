@@ -14,8 +14,10 @@ held-out split and exports the serving checkpoint with export_gpt.py.
 Resuming (a continuation phase):
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/model/train_gpt.py \
-        --resume .cache/brown-gpt.phase1.train.pt --steps 2400 --lr 1e-3 --warmup 100 \
+        --resume .cache/brown-gpt.phase2.train.pt --steps 900 --lr 1e-3 --warmup 0 \
         --min-lr-frac 0.05 --short-frac 0
+
+(the demo model's last phase; models/README.md has the commands of every phase)
 
 loads the model, the AdamW state, the step/token/wall-time counters and the history from a
 training checkpoint and trains `--steps` MORE steps (steps are numbered globally) under a
