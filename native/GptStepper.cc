@@ -94,7 +94,7 @@ GptStepper::GptStepper(const torch::jit::Module& module, const std::string& gelu
   for (auto& scratch : scratch_) scratch.Resize(contextPad_);
 }
 
-float* GptStepper::KeysT(int layer, int slot, int head) const {
+float* GptStepper::KeyTiles(int layer, int slot, int head) const {
   return keys_.get() + ((static_cast<size_t>(layer) * slots_ + slot) * heads_ + head) * headDim_ * contextPad_;
 }
 
@@ -216,18 +216,18 @@ void GptStepper::Layers(int member, int rows) {
     team_.Phase(member, static_cast<int>(segments_.size()) * heads_, [&](int task) {
       const Segment& segment = segments_[task / heads_];
       const int h = task % heads_;
-      float* keys = KeysT(l, segment.slot, h);
+      float* keys = KeyTiles(l, segment.slot, h);
       float* values = Values(l, segment.slot, h);
       for (int t = 0; t < segment.count; ++t) {
         const float* row = qkv + static_cast<size_t>(segment.firstRow + t) * 3 * d;
         const int p = segment.position + t;
         for (int i = 0; i < headDim_; ++i) {
-          keys[static_cast<size_t>(i) * contextPad_ + p] = row[d + h * headDim_ + i];
+          keys[(static_cast<size_t>(p / 16) * headDim_ + i) * 16 + p % 16] = row[d + h * headDim_ + i];
           values[static_cast<size_t>(p) * headDim_ + i] = row[2 * d + h * headDim_ + i];
         }
       }
       AttendHead(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, segment.count,
-                 segment.position, keys, contextPad_, values, headDim_, scale,
+                 segment.position, keys, values, headDim_, scale,
                  attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_, d, scratch);
     });
 

@@ -2,8 +2,8 @@
 // nanoGPT / GPT-2 exports): the same forward as the checkpoint's TorchScript, computed by
 // Kernels.cc on a ThreadTeam with weights packed once at configure time. Only real tokens
 // are computed (no padding rows), idle slots cost nothing (so jobs can share the cache and
-// batch continuously), and the KV cache keeps keys transposed so attention needs no
-// horizontal sums.
+// batch continuously), and the KV cache keeps keys in dim-major tiles of 16 positions so
+// attention scores 16 keys from one contiguous tile with no horizontal sums.
 #pragma once
 
 #include <torch/script.h>
@@ -40,7 +40,7 @@ class GptStepper : public Stepper {
   // Runs inside team_.Run: 5 phases per layer.
   void Layers(int member, int rows);
   static int Pairs(const PackedLinear& w);
-  float* KeysT(int layer, int slot, int head) const;
+  float* KeyTiles(int layer, int slot, int head) const;
   float* Values(int layer, int slot, int head) const;
 
   int layers_ = 0, heads_ = 0, embd_ = 0, headDim_ = 0, vocab_ = 0, context_ = 0, contextPad_ = 0;
@@ -51,7 +51,8 @@ class GptStepper : public Stepper {
   PackedLinear head_;
   ThreadTeam team_;
 
-  // KV cache: keys [L][slot][H][hd][C'] (transposed), values [L][slot][H][C'][hd].
+  // KV cache: keys [L][slot][H][C'/16][hd][16] (tiles of 16 positions, dim-major), values
+  // [L][slot][H][C'][hd]; C' is the context rounded up to 16.
   int slots_ = 0;
   AlignedFloats keys_, values_;
 

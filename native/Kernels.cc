@@ -97,9 +97,9 @@ void LayerNormRows(const float* x, int rows, int ld, int width, const float* gam
   TSN_DISPATCH(LayerNormRows(x, rows, ld, width, gamma, beta, eps, out, ldo))
 }
 
-void AttendHead(const float* q, int ldq, int queries, int first, const float* kt, int ldk, const float* v, int hd,
+void AttendHead(const float* q, int ldq, int queries, int first, const float* keyTiles, const float* v, int hd,
                 float scale, float* out, int ldo, float* scratch) {
-  TSN_DISPATCH(AttendHead(q, ldq, queries, first, kt, ldk, v, hd, scale, out, ldo, scratch))
+  TSN_DISPATCH(AttendHead(q, ldq, queries, first, keyTiles, v, hd, scale, out, ldo, scratch))
 }
 
 }  // namespace tsn

@@ -56,9 +56,11 @@ void LayerNormRows(const float* x, int rows, int ld, int width, const float* gam
                    float eps, float* out, int ldo);
 
 // Causal attention of one head for `queries` new tokens at positions first..first+queries-1:
-// q[t] (hd floats, stride ldq), keys transposed kt[d * ldk + j], values v[j * hd + d],
-// positions 0..first+t visible to query t. scratch holds at least first+queries floats.
-void AttendHead(const float* q, int ldq, int queries, int first, const float* kt, int ldk,
+// q[t] (hd floats, stride ldq); keys in tiles of 16 positions, each tile dim-major
+// (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from one
+// contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
+// visible to query t. scratch holds at least first+queries floats rounded up to 16.
+void AttendHead(const float* q, int ldq, int queries, int first, const float* keyTiles,
                 const float* v, int hd, float scale, float* out, int ldo, float* scratch);
 
 // The instruction set the kernels run with here: "avx512", "avx2" or "baseline".
