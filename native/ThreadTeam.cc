@@ -40,7 +40,7 @@ ThreadTeam::~ThreadTeam() {
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadTeam::Run(const std::function<void(int)>& fn, int phases) {
+void ThreadTeam::Run(const std::function<void(int)>& fn, int phases, int members) {
   if (phases > phaseCapacity_) {
     phases_.reset(new Counters[phases]);
     phaseCapacity_ = phases;
@@ -50,7 +50,8 @@ void ThreadTeam::Run(const std::function<void(int)>& fn, int phases) {
     phases_[p].done.store(0, std::memory_order_relaxed);
   }
   std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
-  if (size_ == 1) {
+  members_ = std::clamp(members, 1, size_);
+  if (members_ == 1) {
     fn(0);
     return;
   }
@@ -72,7 +73,7 @@ void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& w
     work(chunk);
     phase.done.fetch_add(1, std::memory_order_release);
   }
-  if (size_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
+  if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }
 
 void ThreadTeam::Work(int member) {
@@ -88,7 +89,7 @@ void ThreadTeam::Work(int member) {
       seen = round_.load();
       job = job_;
     }
-    (*job)(member);
+    if (member < members_) (*job)(member);
     finished_.fetch_add(1, std::memory_order_acq_rel);
   }
 }

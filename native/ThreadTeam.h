@@ -27,10 +27,10 @@ class ThreadTeam {
 
   int size() const { return size_; }
 
-  // Runs fn(member) on every member (the caller is member 0); returns when all are done.
-  // fn may call Phase up to `phases` times. Exceptions thrown by fn are not allowed (the
-  // kernels do not throw).
-  void Run(const std::function<void(int)>& fn, int phases);
+  // Runs fn(member) on the first `members` members (the caller is member 0; at most size(),
+  // 1 runs fn(0) alone without waking anyone); returns when all are done. fn may call Phase
+  // up to `phases` times. Exceptions thrown by fn are not allowed (the kernels do not throw).
+  void Run(const std::function<void(int)>& fn, int phases, int members);
 
   // Inside Run, called by every member for the same phases in the same order: runs each of
   // work(0) .. work(chunks - 1) once on whichever member claims it, and returns when all of
@@ -54,6 +54,7 @@ class ThreadTeam {
   std::atomic<uint64_t> round_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> finished_{0};
+  int members_ = 1;  // taking part in the current Run
 
   // Set up by Run before the members start; a member's own entry of phaseOf_ is its alone.
   std::unique_ptr<Counters[]> phases_;
