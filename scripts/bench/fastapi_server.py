@@ -16,7 +16,7 @@ checkpoint with the same batching rule and the same endpoint shape as our server
   `--self-check` asserts it produces reference.generate's tokens and exits.
 - Threads as in our server: torch intra-op threads = --threads (set on the worker thread,
   where they apply), OpenBLAS threads the same, OMP_WAIT_POLICY=PASSIVE.
-- GET /metrics: generated_tokens_total, batches_total, queue_depth, in_flight (plain text),
+- GET /metrics: generated_tokens_total, batch_size_sum/count, queue_depth, in_flight (text),
   so the benchmark counts tokens the same way for both servers. GET /health.
 
 Prints one JSON line {"ready": true, "port": N} on stdout once warmed up and listening.
@@ -124,6 +124,7 @@ class Counters:
         self.lock = threading.Lock()   # guards the fields below (worker thread and event loop)
         self.generated_tokens = 0
         self.batches = 0
+        self.requests = 0
 
 
 class Engine:
@@ -144,6 +145,7 @@ class Engine:
         with self.counters.lock:
             self.counters.generated_tokens += sum(len(o) for o in outs)
             self.counters.batches += 1
+            self.counters.requests += len(items)
         return [self.ckpt.decode(o) for o in outs]
 
 
@@ -226,7 +228,8 @@ def create_app(engine: Engine, batcher: Batcher, on_ready) -> FastAPI:
     async def metrics():
         c = engine.counters
         with c.lock:
-            lines = [f"generated_tokens_total {c.generated_tokens}", f"batches_total {c.batches}"]
+            lines = [f"generated_tokens_total {c.generated_tokens}",
+                     f"batch_size_sum {c.requests}", f"batch_size_count {c.batches}"]
         lines += [f"queue_depth {len(batcher.queue)}", f"in_flight {batcher.in_flight}"]
         return "\n".join(lines) + "\n"
 
@@ -244,6 +247,7 @@ def warm_up(engine: Engine, max_batch_size: int) -> None:
     with engine.counters.lock:
         engine.counters.generated_tokens = 0
         engine.counters.batches = 0
+        engine.counters.requests = 0
 
 
 def self_check(engine: Engine) -> int:

@@ -30,6 +30,9 @@ export function startOurServer(options: OurServerOptions, name = "server"): Prom
     MAX_BATCH_SIZE: String(options.maxBatchSize ?? 8),
     MAX_WAIT_MS: String(options.maxWaitMs ?? 5),
     LOG_LEVEL: "info",
+    // The addon sets these itself; stated here so both servers visibly run alike.
+    OMP_WAIT_POLICY: "PASSIVE",
+    OPENBLAS_NUM_THREADS: String(options.threads),
   };
   if (options.recsysCheckpoint) env.RECSYS_CKPT = options.recsysCheckpoint;
   return Child.start({
@@ -115,7 +118,7 @@ export function startFastapi(options: FastapiOptions): Promise<Child<{ url: stri
       "--threads",
       String(options.threads),
     ],
-    env: { OMP_WAIT_POLICY: "PASSIVE", PYTHONUNBUFFERED: "1" },
+    env: { OMP_WAIT_POLICY: "PASSIVE", OPENBLAS_NUM_THREADS: String(options.threads), PYTHONUNBUFFERED: "1" },
     ready: (line) => (typeof line.port === "number" && line.ready === true ? { url: `http://127.0.0.1:${line.port}` } : undefined),
   });
 }
