@@ -24,8 +24,9 @@ import { fmt, fmtSpread, median, percentile, spread, table, verdict, type Spread
 const USAGE = `usage: node dist/scripts/bench/generate-http.js [options]
   --ckpt PATH          text checkpoint (default models/brown-gpt.pt)
   --rounds N           rounds of all arms (default 3; --quick 1)
-  --seconds S          measured window per arm (default 8; --quick 4)
-  --warmup S           warm-up per arm before the window (default 2; --quick 1.5)
+  --seconds S          measured window per arm (default 8; --quick 5)
+  --warmup S           least warm-up per arm (default 2; --quick 1.5); HTTP arms also warm
+                       up until every client has had an answer (steady-state latencies)
   --concurrency N      closed-loop clients (default 64)
   --max-new-tokens N   tokens per request (default 64)
   --max-wait-ms MS     the servers' maxWaitMs (default 5)
@@ -47,7 +48,7 @@ async function main(): Promise<void> {
   const quick = flags.has("quick");
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
   const rounds = numberFlag(flags, "rounds", quick ? 1 : 3);
-  const durationMs = numberFlag(flags, "seconds", quick ? 4 : 8) * 1000;
+  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 8) * 1000;
   const warmupMs = numberFlag(flags, "warmup", quick ? 1.5 : 2) * 1000;
   const concurrency = numberFlag(flags, "concurrency", 64);
   const maxNewTokens = numberFlag(flags, "max-new-tokens", 64);
@@ -82,6 +83,8 @@ async function main(): Promise<void> {
     batches.forEach((batch, i) => servers.set(batch, started[i] as OurServer));
     driver = started[started.length - 1] as EngineDriver;
 
+    const runtime = servers.get(8)!.info.runtime;
+    console.log(`  engine runtime: server ${runtime}, engine driver ${driver.runtime}`);
     const calibration = await calibrate(servers.get(8)!.info.text, maxNewTokens);
     const tokensPerRequest = calibration.tokens.reduce((a, b) => a + b, 0) / calibration.tokens.length;
     console.log(`  calibrated: ${fmt(tokensPerRequest, 1)} tokens per request on average (eos may end one early)\n`);
@@ -117,13 +120,14 @@ async function main(): Promise<void> {
             errorSamples: [],
             meanBatch: arm.batch,
             textMismatches: 0,
+            warmupMs,
           };
         }
         perArm.get(arm.id)!.push(outcome);
         const errors = outcome.errors ? `, ${outcome.errors} errors: ${outcome.errorSamples[0]}` : "";
         console.log(
           `  round ${round + 1} ${arm.label.padEnd(36)} ${fmt(outcome.tokensPerSec, 0).padStart(7)} tok/s` +
-            `  p50 ${fmt(outcome.p50Ms, 0).padStart(6)} ms  batch ${fmt(outcome.meanBatch, 1)}${errors}`,
+            `  p50 ${fmt(outcome.p50Ms, 0).padStart(6)} ms  batch ${fmt(outcome.meanBatch, 1)}  warm-up ${fmt(outcome.warmupMs / 1000, 1)} s${errors}`,
         );
       }
     }
@@ -173,6 +177,7 @@ async function main(): Promise<void> {
       date: new Date().toISOString(),
       machine,
       loadDuring,
+      runtime,
       settings: { checkpoint, rounds, durationMs, warmupMs, concurrency, maxNewTokens, maxWaitMs, threads },
       calibration,
       arms: arms.map((arm) => ({ ...arm, rounds: perArm.get(arm.id) })),

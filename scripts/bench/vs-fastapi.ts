@@ -23,7 +23,8 @@ const USAGE = `usage: node dist/scripts/bench/vs-fastapi.js [options]
   --rounds N           rounds (default 3; --quick 1)
   --seconds S          measured window at 64 clients (default 10; --quick 5)
   --lone-seconds S     measured window at 1 client (default 5; --quick 3; 0 skips it)
-  --warmup S           warm-up before each window (default 2; --quick 1.5)
+  --warmup S           least warm-up before each window (default 2; --quick 1.5); it also
+                       lasts until every client has had an answer (steady-state latencies)
   --concurrency N      clients of the loaded level (default 64)
   --max-new-tokens N   tokens per request (default 64)
   --max-batch-size N   both servers' maxBatchSize (default 8)
@@ -64,6 +65,7 @@ async function main(): Promise<void> {
       startOurServer({ checkpoint, maxBatchSize, maxWaitMs, threads }),
       startFastapi({ checkpoint, maxBatchSize, maxWaitMs, threads }),
     ]);
+    console.log(`  our engine runtime: ${ours.info.runtime}`);
     const url: Record<Side, string> = { ours: ours.info.text, fastapi: fastapi.info.url };
     // Calibration doubles as a warm-up and as a check that both produce the same text.
     const calibration: Record<Side, Calibration> = {
@@ -146,6 +148,7 @@ async function main(): Promise<void> {
       date: new Date().toISOString(),
       machine,
       loadDuring,
+      runtime: ours.info.runtime,
       settings: { checkpoint, rounds, durationMs, loneMs, warmupMs, concurrency, maxNewTokens, maxBatchSize, maxWaitMs, threads },
       sameText: `${sameText}/${calibration.ours.texts.length}`,
       calibration,

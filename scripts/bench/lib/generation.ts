@@ -34,18 +34,23 @@ export async function calibrate(baseUrl: string, maxNewTokens: number): Promise<
 /**
  * Throughput from completion times, free of the window's quantisation: requests finish in
  * bursts (a batch at a time), so counting whole bursts in a fixed window is off by up to a
- * batch. Instead: the tokens completed after the first burst, over the time from the first
- * burst to the last completion. Completions within `burstMs` of the first one are its burst.
+ * batch. Completions are grouped into bursts (a gap over `gapMs` starts a new one); the
+ * rate is the tokens of bursts 2..K over the time from burst 1 to burst K (each burst timed
+ * by its first completion), i.e. K-1 whole batch periods. Needs at least 3 bursts; NaN
+ * otherwise (the window is too short for the batch time).
  */
-export function burstRate(completions: readonly { at: number; tokens: number }[], burstMs = 25): number {
-  if (completions.length < 2) return Number.NaN;
+export function burstRate(completions: readonly { at: number; tokens: number }[], gapMs = 30): number {
   const sorted = [...completions].sort((a, b) => a.at - b.at);
-  const first = sorted[0]!.at;
-  const last = sorted[sorted.length - 1]!.at;
-  if (last - first <= burstMs) return Number.NaN;
-  let tokens = 0;
-  for (const c of sorted) if (c.at > first + burstMs) tokens += c.tokens;
-  return tokens / ((last - first) / 1000);
+  const bursts: { at: number; tokens: number }[] = [];
+  let previous = Number.NEGATIVE_INFINITY;
+  for (const c of sorted) {
+    if (c.at - previous > gapMs) bursts.push({ at: c.at, tokens: 0 });
+    bursts[bursts.length - 1]!.tokens += c.tokens;
+    previous = c.at;
+  }
+  if (bursts.length < 3) return Number.NaN;
+  const tokens = bursts.slice(1).reduce((sum, b) => sum + b.tokens, 0);
+  return tokens / ((bursts[bursts.length - 1]!.at - bursts[0]!.at) / 1000);
 }
 
 export interface ArmRound {
@@ -63,6 +68,8 @@ export interface ArmRound {
   meanBatch: number;
   /** Answers whose text differs from the calibrated one (greedy: should be 0 or near it). */
   textMismatches: number;
+  /** Warm-up actually spent (at least until every client had an answer), ms. */
+  warmupMs: number;
 }
 
 export interface HttpArmOptions {
@@ -92,6 +99,7 @@ export async function runHttpArm(options: HttpArmOptions): Promise<ArmRound> {
     baseUrl: options.baseUrl,
     concurrency: options.concurrency,
     warmupMs: options.warmupMs,
+    warmupAnswers: 1,
     durationMs: options.durationMs,
     end: options.end,
     timeoutMs: 300_000,
@@ -126,6 +134,7 @@ export async function runHttpArm(options: HttpArmOptions): Promise<ArmRound> {
     errorSamples: result.errorSamples,
     meanBatch: delta(sumName) / delta(countName),
     textMismatches,
+    warmupMs: result.warmupMs,
   };
 }
 

@@ -21,6 +21,14 @@ export interface ClosedLoopOptions {
   baseUrl: string;
   concurrency: number;
   warmupMs: number;
+  /**
+   * The warm-up also lasts until every client has had this many answers (default 0): a closed
+   * loop starts with all clients queued at once, and until each has gone round once the
+   * latencies are those of that first cohort, not of the steady state. Bounded by maxWarmupMs.
+   */
+  warmupAnswers?: number;
+  /** Upper bound on the warm-up, ms; default 120 s. */
+  maxWarmupMs?: number;
   durationMs: number;
   /** The n-th request of the run (0-based, across all clients). */
   nextRequest(n: number): RequestSpec;
@@ -55,6 +63,8 @@ export interface ClosedLoopResult {
   sent: number;
   /** Requests aborted or left over at the end. */
   leftOver: number;
+  /** How long the warm-up lasted, ms. */
+  warmupMs: number;
 }
 
 export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoopResult> {
@@ -62,7 +72,7 @@ export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoop
   const timeoutMs = options.timeoutMs ?? 120_000;
   const maxRequests = options.maxRequests ?? 1_000_000;
   const outstanding = new Set<{ destroy(): void }>();
-  const result: ClosedLoopResult = { windowMs: 0, completed: 0, errors: 0, errorSamples: [], latenciesMs: [], sent: 0, leftOver: 0 };
+  const result: ClosedLoopResult = { windowMs: 0, completed: 0, errors: 0, errorSamples: [], latenciesMs: [], sent: 0, leftOver: 0, warmupMs: 0 };
 
   let windowStart = Number.POSITIVE_INFINITY;
   let windowEnd = Number.POSITIVE_INFINITY;
@@ -117,16 +127,22 @@ export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoop
       req.end(spec.body);
     });
 
-  const client = async () => {
+  const answered = new Array<number>(options.concurrency).fill(0);
+  const client = async (_: unknown, index: number) => {
     while (!stopped && result.sent < maxRequests) {
       const n = result.sent++;
       await one(n, options.nextRequest(n));
+      answered[index]!++;
     }
   };
 
   const runStart = performance.now();
   const clients = Array.from({ length: options.concurrency }, client);
   await sleepUntil(runStart + options.warmupMs);
+  const cycles = options.warmupAnswers ?? 0;
+  const warmupBound = runStart + (options.maxWarmupMs ?? 120_000);
+  if (cycles > 0) await sleepUntil(warmupBound, () => answered.every((a) => a >= cycles));
+  result.warmupMs = performance.now() - runStart;
   await options.onWindowStart?.();
   windowStart = performance.now();
   await sleepUntil(windowStart + options.durationMs, () => result.sent >= maxRequests);

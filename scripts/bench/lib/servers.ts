@@ -16,11 +16,12 @@ export interface OurServerOptions {
   recsysCheckpoint?: string;
 }
 
-export type OurServer = Child<{ text: string; recsys: string }>;
+export type OurServer = Child<{ text: string; recsys: string; runtime: string }>;
 
 /** The production entry (`npm start` = node dist/src/server.js) on two free loopback ports. */
 export function startOurServer(options: OurServerOptions, name = "server"): Promise<OurServer> {
   const urls: { text?: string; recsys?: string } = {};
+  let runtime = "unknown";
   const env: NodeJS.ProcessEnv = {
     HOST: "127.0.0.1",
     PORT: "0",
@@ -41,16 +42,22 @@ export function startOurServer(options: OurServerOptions, name = "server"): Prom
     args: [serverEntry],
     env,
     ready(line) {
+      if (typeof line.runtime === "string") runtime = line.runtime; // "language model loaded"
       if ((line.app === "text" || line.app === "recsys") && typeof line.url === "string") {
         urls[line.app] = line.url.replace("localhost", "127.0.0.1");
       }
-      return urls.text && urls.recsys ? { text: urls.text, recsys: urls.recsys } : undefined;
+      return urls.text && urls.recsys ? { text: urls.text, recsys: urls.recsys, runtime } : undefined;
     },
   });
 }
 
 export class EngineDriver {
-  private constructor(private readonly child: Child<unknown>) {}
+  private constructor(private readonly child: Child<{ runtime: string }>) {}
+
+  /** "torchscript", or "native" for the addon's built-in fast path. */
+  get runtime(): string {
+    return this.child.info.runtime;
+  }
 
   static async start(checkpoint: string, threads: number): Promise<EngineDriver> {
     const child = await Child.start({
@@ -58,7 +65,7 @@ export class EngineDriver {
       command: process.execPath,
       args: [join(benchDist, "lib", "engineDriver.js"), checkpoint, String(threads)],
       ipc: true,
-      ready: (line) => (line.ready === true ? line : undefined),
+      ready: (line) => (line.ready === true ? { runtime: String(line.runtime) } : undefined),
     });
     return new EngineDriver(child);
   }
