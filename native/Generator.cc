@@ -60,7 +60,7 @@ void RunGeneration(Generation& job, Stepper& stepper, const GeneratorSettings& s
     if (activeSlots.empty()) break;
 
     // Finished rows still cost compute: drop them from the cache once they are the majority.
-    if (slotRow.size() >= 4 && activeSlots.size() * 2 <= slotRow.size()) {
+    if (stepper.WantsCompaction() && slotRow.size() >= 4 && activeSlots.size() * 2 <= slotRow.size()) {
       std::vector<int64_t> keep(activeSlots.begin(), activeSlots.end());
       stepper.Keep(at::tensor(keep, at::kLong));
       std::vector<size_t> kept;

@@ -36,23 +36,25 @@ bool InferenceThread::Post(Task task) {
   return true;
 }
 
-void InferenceThread::RequestStop(std::function<void()> onExit) {
-  std::deque<Task> abandoned;
+void InferenceThread::RequestStop(std::function<void()> onExit, bool abandonQueued) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     onExit_ = std::move(onExit);
-    abandoned.swap(tasks_);
+    // Under the lock, so their answers are posted before the thread can exit and post its own.
+    if (abandonQueued) {
+      for (auto& task : tasks_) {
+        if (task.abandon) task.abandon();
+      }
+      tasks_.clear();
+    }
   }
   wake_.notify_one();
-  for (auto& task : abandoned) {
-    if (task.abandon) task.abandon();
-  }
 }
 
 void InferenceThread::StopAndJoin() {
-  RequestStop(nullptr);
+  RequestStop(nullptr, true);
   Join();
 }
 

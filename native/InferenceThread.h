@@ -31,11 +31,11 @@ class InferenceThread {
   // False (and the task untouched) once Stop has begun.
   bool Post(Task task);
 
-  // Stops accepting, abandons queued tasks, lets the running one finish, then calls
-  // `onExit` on the thread as its last act. Does not wait.
-  void RequestStop(std::function<void()> onExit);
+  // Stops accepting; the queued tasks still run (or, with abandonQueued, are abandoned);
+  // then the thread calls `onExit` as its last act. Does not wait.
+  void RequestStop(std::function<void()> onExit, bool abandonQueued = false);
 
-  // RequestStop, then waits for the thread to end. Idempotent.
+  // Teardown: RequestStop abandoning queued tasks, then waits for the thread. Idempotent.
   void StopAndJoin();
 
   // Joins a thread that has already been asked to stop. Idempotent.

@@ -1,6 +1,8 @@
 #include "Sampler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <limits>
 
 #include "Errors.h"
@@ -15,9 +17,66 @@ double RowRandom::UniformOpenClosed() {
   return 1.0 - static_cast<double>(engine_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
+namespace {
+
+// The CPU path: plain loops over each row, no tensor ops (a decode step of a small model
+// takes a fraction of a millisecond; dispatching a dozen ATen ops would cost a tenth of it).
+std::vector<int64_t> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<SamplingParams>& params,
+                                 std::vector<RowRandom*>& randoms) {
+  const at::Tensor logits = logitsIn.to(at::kFloat).contiguous();
+  const int64_t rows = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  std::vector<int64_t> out(rows, 0);
+  std::vector<float> weights(vocab);
+  std::vector<float> sorted;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data_ptr<float>() + r * vocab;
+    int64_t best = 0;
+    float peak = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (std::isnan(row[v])) throw CodedError("ERR_INFERENCE", "the model produced NaN logits");
+      if (row[v] > peak) {
+        peak = row[v];
+        best = v;
+      }
+    }
+    if (!std::isfinite(peak)) throw CodedError("ERR_INFERENCE", "the model produced no finite logit");
+    const SamplingParams& p = params[r];
+    if (p.temperature <= kGreedyTemperature) {
+      out[r] = best;
+      continue;
+    }
+    float floor = -std::numeric_limits<float>::infinity();
+    if (p.topK > 0 && p.topK < vocab) {
+      sorted.assign(row, row + vocab);
+      std::nth_element(sorted.begin(), sorted.begin() + (p.topK - 1), sorted.end(), std::greater<float>());
+      floor = sorted[p.topK - 1];  // ties at the k-th value are kept
+    }
+    const float inverse = static_cast<float>(1.0 / p.temperature);
+    double total = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      weights[v] = row[v] >= floor ? std::exp((row[v] - peak) * inverse) : 0.0f;
+      total += weights[v];
+    }
+    const double target = randoms[r]->UniformOpenClosed() * total;
+    double cumulative = 0;
+    out[r] = best;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (weights[v] <= 0) continue;
+      cumulative += weights[v];
+      out[r] = v;
+      if (cumulative >= target) break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<int64_t> SampleTokens(const at::Tensor& logitsIn,
                                   const std::vector<SamplingParams>& params,
                                   std::vector<RowRandom*>& randoms) {
+  if (logitsIn.is_cpu()) return SampleOnCpu(logitsIn, params, randoms);
   const int64_t rows = logitsIn.size(0);
   const int64_t vocab = logitsIn.size(1);
   at::Tensor logits = logitsIn.to(at::kFloat);

@@ -18,6 +18,8 @@ class Stepper {
   virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
   // Keeps only the cache rows listed (int64, CPU), in that order.
   virtual void Keep(const at::Tensor& rows) = 0;
+  // Whether finished rows cost compute until Keep drops them (padded batch runtimes).
+  virtual bool WantsCompaction() const { return true; }
   // Frees the cache.
   virtual void End() = 0;
 };

@@ -4,7 +4,7 @@
 
 #include "AddonData.h"
 #include "HostValue.h"
-#include "ScriptStepper.h"
+#include "Runtime.h"
 
 namespace tsn {
 
@@ -98,6 +98,7 @@ TorchModel::TorchModel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<TorchM
   auto* pending = info[0].As<Napi::External<PendingModel>>().Data();
   core_ = std::make_shared<ModelCore>();
   core_->loaded = std::move(pending->loaded);
+  core_->threads = pending->threads;
   core_->thread = std::make_unique<InferenceThread>(core_->loaded.device, pending->threads);
   languageModel_ = pending->languageModel;
   mailbox_ = std::make_shared<Mailbox>(env, "torchserve-node model");
@@ -302,28 +303,39 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
     return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure(): contextLength must be at least 2"});
   }
   const int64_t warmupToken = IntField(settings, "warmupToken", 0);
+  RuntimeRequest request;
+  auto text = [&](const char* name, const std::string& fallback) {
+    Napi::Value value = settings.Get(name);
+    return value.IsString() ? value.As<Napi::String>().Utf8Value() : fallback;
+  };
+  request.runtime = text("runtime", "auto");
+  request.architecture = text("architecture", "");
+  request.gelu = text("gelu", "tanh");
+  request.threads = std::max(1, core_->threads);
 
   auto deferred = Napi::Promise::Deferred::New(env);
   auto core = core_;
   auto mailbox = mailbox_;
   TorchModel* self = this;
-  auto settle = [self, mailbox, deferred](bool failed, ErrorInfo error, std::string runtime) {
-    mailbox->Post([self, deferred, failed, error, runtime](Napi::Env env) {
+  auto settle = [self, mailbox, deferred](bool failed, ErrorInfo error, std::string runtime, std::string note) {
+    mailbox->Post([self, deferred, failed, error, runtime, note](Napi::Env env) {
       if (failed) {
         deferred.Reject(MakeError(env, error).Value());
       } else {
         Napi::Object result = Napi::Object::New(env);
         result.Set("runtime", runtime);
+        if (!note.empty()) result.Set("note", note);
         deferred.Resolve(result);
       }
       self->Settle(env);
     });
   };
-  auto run = [core, generator, warmupToken, settle] {
+  auto run = [core, generator, warmupToken, request, settle] {
     try {
-      core->stepper = std::make_unique<ScriptStepper>(core->loaded.module, core->loaded.device, at::kFloat);
+      RuntimeChoice choice = ChooseRuntime(core->loaded, request);
+      core->stepper = std::move(choice.stepper);
       core->generator = generator;
-      core->runtime = "torchscript";
+      core->runtime = choice.runtime;
       // The first calls after load are slow (TorchScript profiling runs): pay them now.
       GenerateRow row;
       row.prompt.assign(8, warmupToken);
@@ -333,13 +345,13 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
         Generation warmup({row, row});
         RunGeneration(warmup, *core->stepper, core->generator, nullptr);
       }
-      settle(false, {}, core->runtime);
+      settle(false, {}, core->runtime, choice.note);
     } catch (...) {
       core->stepper.reset();
-      settle(true, CurrentError("ERR_CHECKPOINT_INTERFACE"), "");
+      settle(true, CurrentError("ERR_CHECKPOINT_INTERFACE"), "", "");
     }
   };
-  auto abandon = [settle] { settle(true, {"ERR_DISPOSED", "the model was disposed"}, ""); };
+  auto abandon = [settle] { settle(true, {"ERR_DISPOSED", "the model was disposed"}, "", ""); };
   if (!Submit(env, run, abandon)) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
   return deferred.Promise();
 }
@@ -355,7 +367,7 @@ Napi::Value TorchModel::Dispose(const Napi::CallbackInfo& info) {
   if (disposing_) return deferred.Promise();
   disposing_ = true;
 
-  // Queued work is abandoned (rejected ERR_DISPOSED); a run in progress finishes first.
+  // Work already submitted (running or queued) finishes; later calls reject ERR_DISPOSED.
   // The thread's last act posts the exit letter, after every other letter of this model.
   Hold(env);
   auto core = core_;

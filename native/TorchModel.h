@@ -19,6 +19,7 @@ namespace tsn {
 // State the inference thread uses; tasks hold it by shared_ptr.
 struct ModelCore {
   LoadedModel loaded;
+  int threads = 0;  // intra-op threads asked for at load
   std::unique_ptr<InferenceThread> thread;
   // Inference thread only:
   std::unique_ptr<Stepper> stepper;

@@ -19,6 +19,11 @@ export interface TorchEngineOptions {
   threads?: number;
   /** Check `<checkpoint>.sha256` when present. Default true. */
   verifyChecksum?: boolean;
+  /**
+   * "auto" (default) runs architecture "gpt" on the native CPU runtime when its forward
+   * matches the checkpoint's TorchScript (checked at load), else the TorchScript forward.
+   */
+  runtime?: "auto" | "native" | "torchscript";
 }
 
 export class TorchEngine implements TextGenerationEngine {
@@ -29,8 +34,10 @@ export class TorchEngine implements TextGenerationEngine {
     private readonly model: RawLanguageModel,
     readonly config: ModelConfig,
     readonly tokenizer: Tokenizer,
-    /** "torchscript", or "native" for the built-in fast path of architecture "gpt". */
-    readonly runtime: string,
+    /** "native" (the built-in fast path of architecture "gpt") or "torchscript". */
+    readonly runtime: "native" | "torchscript",
+    /** Why "auto" chose "torchscript", when it did. */
+    readonly runtimeNote: string | undefined,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -44,12 +51,15 @@ export class TorchEngine implements TextGenerationEngine {
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
-      const { runtime } = await model.configure({
+      const { runtime, note } = await model.configure({
         contextLength: config.contextLength,
         eosTokenId: config.tokenizer.eosTokenId ?? -1,
         warmupToken: tokenizer.encode("a")[0] ?? 0,
+        runtime: options.runtime ?? "auto",
+        architecture: config.architecture,
+        gelu: typeof config.raw.gelu === "string" ? config.raw.gelu : "tanh",
       });
-      return new TorchEngine(model, config, tokenizer, runtime);
+      return new TorchEngine(model, config, tokenizer, runtime, note);
     } catch (err) {
       await model.dispose();
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -140,26 +150,38 @@ export class TorchEngine implements TextGenerationEngine {
       resume?.();
     };
 
-    const generation = this.model.generate([this.row(request)], (pairs) => {
-      for (let i = 1; i < pairs.length; i += 2) {
-        this.counts.generatedTokens += 1;
-        const piece = decoder.push([pairs[i]!]);
-        if (piece) pieces.push(piece);
-      }
+    // Decoding runs inside the addon's callbacks: a throw there must end this stream with an
+    // error, never escape into the native layer.
+    const fail = (err: unknown) => {
+      failure ??= err;
+      finished = true;
       notify();
+    };
+    const generation = this.model.generate([this.row(request)], (pairs) => {
+      try {
+        for (let i = 1; i < pairs.length; i += 2) {
+          this.counts.generatedTokens += 1;
+          const piece = decoder.push([pairs[i]!]);
+          if (piece) pieces.push(piece);
+        }
+        notify();
+      } catch (err) {
+        generation.cancel();
+        fail(err);
+      }
     });
     generation.result.then(
       () => {
-        const tail = decoder.flush();
-        if (tail) pieces.push(tail);
-        finished = true;
-        notify();
+        try {
+          const tail = decoder.flush();
+          if (tail) pieces.push(tail);
+          finished = true;
+          notify();
+        } catch (err) {
+          fail(err);
+        }
       },
-      (err: unknown) => {
-        failure = err;
-        finished = true;
-        notify();
-      },
+      fail,
     );
     const cancel = () => generation.cancel();
     abortSignal?.addEventListener("abort", cancel, { once: true });
@@ -195,7 +217,7 @@ export class TorchEngine implements TextGenerationEngine {
 
 /**
  * Builds the engine from the environment: SERVICE_CKPT (required), SERVICE_DEVICE (default
- * "cpu"), SERVICE_THREADS (default: the machine's cores).
+ * "cpu"), SERVICE_THREADS (default: the machine's cores), SERVICE_RUNTIME (default "auto").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const checkpoint = env.SERVICE_CKPT?.trim();
@@ -214,5 +236,9 @@ export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env):
       throw new ServingError("ERR_CONFIG", `SERVICE_THREADS must be a positive integer, got "${env.SERVICE_THREADS}"`);
     }
   }
-  return TorchEngine.load(checkpoint, { device, threads });
+  const runtime = env.SERVICE_RUNTIME?.trim() || "auto";
+  if (runtime !== "auto" && runtime !== "native" && runtime !== "torchscript") {
+    throw new ServingError("ERR_CONFIG", `SERVICE_RUNTIME must be "auto", "native" or "torchscript", got "${runtime}"`);
+  }
+  return TorchEngine.load(checkpoint, { device, threads, runtime });
 }

@@ -58,6 +58,7 @@ export class HuggingFaceTokenizer implements Tokenizer {
   }
 
   decode(ids: readonly number[]): string {
+    if (ids.length === 0) return "";
     return this.impl.decode([...ids], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
   }
 

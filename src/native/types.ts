@@ -54,7 +54,7 @@ export interface RawGeneration {
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */
 export interface RawLanguageModel extends RawModule {
   /** Chooses the runtime for the checkpoint and warms it up; call once before generate(). */
-  configure(settings: RawLanguageModelSettings): Promise<{ runtime: string }>;
+  configure(settings: RawLanguageModelSettings): Promise<{ runtime: "native" | "torchscript"; note?: string }>;
   /** Queues a job on the model's inference thread. `onTokens` receives (row, token) pairs. */
   generate(rows: RawGenerateRow[], onTokens: ((pairs: Int32Array) => void) | null): RawGeneration;
 }
@@ -66,6 +66,11 @@ export interface RawLanguageModelSettings {
   eosTokenId: number;
   /** A token id to warm the model up with. */
   warmupToken?: number;
+  /** "auto" (default): native for a CPU "gpt" whose native forward matches its TorchScript. */
+  runtime?: "auto" | "native" | "torchscript";
+  /** config.json "architecture" and "gelu", for the native runtime. */
+  architecture?: string;
+  gelu?: string;
 }
 
 export interface RawAddon {

@@ -1,0 +1,63 @@
+// The native fast path for checkpoints of architecture "gpt" (scripts/model/gpt.py and the
+// nanoGPT / GPT-2 exports): the same forward as the checkpoint's TorchScript, computed by
+// Kernels.cc on a ThreadTeam with weights packed once at configure time. Only real tokens
+// are computed (no padding rows), finished rows cost nothing, and the KV cache keeps keys
+// transposed so attention needs no horizontal sums.
+#pragma once
+
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Kernels.h"
+#include "Stepper.h"
+#include "ThreadTeam.h"
+
+namespace tsn {
+
+class GptStepper : public Stepper {
+ public:
+  // Reads the weights by name from `module`; throws CodedError(ERR_CHECKPOINT_INTERFACE) when
+  // they do not have the gpt layout. gelu: "tanh" or "none" (exact).
+  GptStepper(const torch::jit::Module& module, const std::string& gelu, int threads);
+
+  void Begin(int64_t batch) override;
+  at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
+  void Keep(const at::Tensor& rows) override;
+  bool WantsCompaction() const override { return false; }
+  void End() override {}
+
+ private:
+  struct Layer {
+    std::vector<float> ln1Gamma, ln1Beta, ln2Gamma, ln2Beta;
+    PackedLinear qkv, proj, fc, out;
+  };
+
+  void Layers(int member, int rows);
+  float* KeysT(int layer, int slot, int head) const;
+  float* Values(int layer, int slot, int head) const;
+
+  int layers_ = 0, heads_ = 0, embd_ = 0, headDim_ = 0, vocab_ = 0, context_ = 0, contextPad_ = 0;
+  Epilogue gelu_ = Epilogue::GeluTanh;
+  float eps_ = 1e-5f;
+  std::vector<float> wte_, wpe_, lnfGamma_, lnfBeta_;
+  std::vector<Layer> blocks_;
+  PackedLinear head_;
+  ThreadTeam team_;
+
+  // KV cache: keys [L][slot][H][hd][C'] (transposed), values [L][slot][H][C'][hd].
+  int slots_ = 0;
+  AlignedFloats keys_, values_;
+
+  // Activations of one step, for `rows` real tokens packed slot by slot.
+  struct Segment {
+    int slot, firstRow, count, position;
+  };
+  std::vector<Segment> segments_;
+  AlignedFloats x_, qkvOut_, attn_, hidden_;
+  std::vector<AlignedFloats> normed_, scratch_;  // per team member
+};
+
+}  // namespace tsn

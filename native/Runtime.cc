@@ -1,0 +1,80 @@
+#include "Runtime.h"
+
+#include <algorithm>
+
+#include "Errors.h"
+#include "GptStepper.h"
+#include "ScriptStepper.h"
+
+namespace tsn {
+
+namespace {
+
+// Largest logit difference of the two steppers over a mixed prefill and a decode step,
+// relative to the logits' size. Both get the same rows at different positions.
+double Disagreement(Stepper& reference, Stepper& candidate, int64_t context) {
+  const int64_t first = std::min<int64_t>(9, context - 2);
+  const int64_t second = std::max<int64_t>(1, first / 2);
+  at::Tensor idx = (at::arange(2 * first, at::kLong).view({2, first}) * 37 + 11).remainder(200);
+  at::Tensor pos = at::zeros({2}, at::kLong);
+  at::Tensor lengths = at::tensor(std::vector<int64_t>{first, second}, at::kLong);
+  double worst = 0;
+  reference.Begin(2);
+  candidate.Begin(2);
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor a = reference.Step(idx, pos, lengths).to(at::kCPU).to(at::kFloat);
+    at::Tensor b = candidate.Step(idx, pos, lengths).to(at::kCPU).to(at::kFloat);
+    const double scale = std::max(1.0, a.abs().max().item<double>());
+    worst = std::max(worst, (a - b).abs().max().item<double>() / scale);
+    pos = pos + lengths;
+    idx = a.argmax(1, true);
+    lengths = at::ones({2}, at::kLong);
+  }
+  reference.End();
+  candidate.End();
+  return worst;
+}
+
+}  // namespace
+
+RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& request) {
+  if (request.runtime != "auto" && request.runtime != "native" && request.runtime != "torchscript") {
+    throw CodedError("ERR_INVALID_ARGUMENT", "runtime must be \"auto\", \"native\" or \"torchscript\"");
+  }
+  RuntimeChoice choice;
+  auto script = std::make_unique<ScriptStepper>(model.module, model.device, at::kFloat);
+  if (request.runtime == "torchscript") {
+    choice.stepper = std::move(script);
+    choice.runtime = "torchscript";
+    return choice;
+  }
+
+  std::string reason;
+  if (request.architecture != "gpt") {
+    reason = "architecture \"" + request.architecture + "\" has no native runtime";
+  } else if (!model.device.is_cpu()) {
+    reason = "the native runtime is CPU-only; " + model.device.str() + " runs the TorchScript forward";
+  } else {
+    try {
+      auto native = std::make_unique<GptStepper>(*model.module, request.gelu, request.threads);
+      const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
+      const double disagreement = Disagreement(*script, *native, context);
+      if (disagreement <= 1e-3) {
+        choice.stepper = std::move(native);
+        choice.runtime = "native";
+        return choice;
+      }
+      reason = "the native forward disagrees with the checkpoint's (relative logit difference " +
+               std::to_string(disagreement) + ")";
+    } catch (const CodedError& e) {
+      reason = e.what();
+    }
+  }
+  if (request.runtime == "native") throw CodedError("ERR_CHECKPOINT_INTERFACE", "runtime \"native\" unavailable: " + reason);
+  choice.stepper = std::move(script);
+  choice.runtime = "torchscript";
+  choice.note = reason;
+  return choice;
+}
+
+}  // namespace tsn

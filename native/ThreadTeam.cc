@@ -1,0 +1,92 @@
+#include "ThreadTeam.h"
+
+#include <sched.h>
+
+namespace tsn {
+
+namespace {
+
+inline void Relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins a little, then yields the core: cheap when every member has a core of its own,
+// harmless when they share one.
+template <typename Done>
+void WaitUntil(Done done) {
+  for (int i = 0; i < 4000; ++i) {
+    if (done()) return;
+    Relax();
+  }
+  while (!done()) sched_yield();
+}
+
+}  // namespace
+
+ThreadTeam::ThreadTeam(int size) : size_(size < 1 ? 1 : size) {
+  for (int member = 1; member < size_; ++member) workers_.emplace_back([this, member] { Work(member); });
+}
+
+ThreadTeam::~ThreadTeam() {
+  {
+    std::lock_guard<std::mutex> lock(wakeMutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+std::pair<int, int> ThreadTeam::Share(int count, int member) const {
+  const int begin = static_cast<int>(static_cast<int64_t>(count) * member / size_);
+  const int end = static_cast<int>(static_cast<int64_t>(count) * (member + 1) / size_);
+  return {begin, end};
+}
+
+void ThreadTeam::Run(const std::function<void(int)>& fn) {
+  if (size_ == 1) {
+    fn(0);
+    return;
+  }
+  finished_.store(0);
+  {
+    std::lock_guard<std::mutex> lock(wakeMutex_);
+    job_ = &fn;
+    round_.fetch_add(1);
+  }
+  wake_.notify_all();
+  fn(0);
+  WaitUntil([this] { return finished_.load(std::memory_order_acquire) == size_ - 1; });
+}
+
+void ThreadTeam::Barrier() {
+  if (size_ == 1) return;
+  const uint64_t phase = barrierPhase_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
+    arrived_.store(0, std::memory_order_relaxed);
+    barrierPhase_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  WaitUntil([&] { return barrierPhase_.load(std::memory_order_acquire) != phase; });
+}
+
+void ThreadTeam::Work(int member) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Between decode steps the next round comes within microseconds: spin first.
+    for (int i = 0; i < 20000 && round_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) Relax();
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(wakeMutex_);
+      wake_.wait(lock, [&] { return stop_.load() || round_.load() != seen; });
+      if (stop_.load()) return;
+      seen = round_.load();
+      job = job_;
+    }
+    (*job)(member);
+    finished_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace tsn

@@ -1,0 +1,81 @@
+"""Baseline for scripts/bench/engine-decode.ts: the same checkpoint driven by a plain Python
+TorchScript loop (one forward per step, argmax), and the machine's measured matmul rate.
+
+    /usr/bin/python3 scripts/bench/engine_decode_baseline.py CKPT --threads 2 \
+        [--batches 1,8,32 --new-tokens 128 --prompt-len 16 --prefill-len 500]
+
+Prints one JSON object. Decode time per step is (t(1 + N tokens) - t(1 token)) / N, so the
+prefill is not counted; prefill is the time of a prompt of --prefill-len tokens and one new
+token, batch 1.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+
+def generate(module, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """Seconds for a greedy generation of new_tokens tokens per row."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        cache = torch.zeros(module.cache_shape(batch))
+        idx = (torch.arange(prompt_len) % 26 + 65).repeat(batch, 1)
+        lengths = torch.full((batch,), prompt_len, dtype=torch.long)
+        pos = torch.zeros(batch, dtype=torch.long)
+        for _ in range(new_tokens):
+            logits, cache = module(idx, pos, lengths, cache)
+            pos = pos + lengths
+            idx = logits.argmax(-1, keepdim=True)
+            lengths = torch.ones(batch, dtype=torch.long)
+    return time.perf_counter() - start
+
+
+def matmul_gflops(n: int = 512, repeats: int = 50) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(5):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkpoint")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--prefill-len", type=int, default=500)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    extra = {"config.json": ""}
+    module = torch.jit.load(args.checkpoint, _extra_files=extra)
+    module.eval()
+    config = json.loads(extra["config.json"])
+    generate(module, 1, args.prompt_len, 4)  # TorchScript's profiling runs
+    decode = {}
+    for batch in [int(b) for b in args.batches.split(",")]:
+        generate(module, batch, args.prompt_len, 4)
+        one = min(generate(module, batch, args.prompt_len, 1) for _ in range(2))
+        many = generate(module, batch, args.prompt_len, 1 + args.new_tokens)
+        decode[batch] = (many - one) / args.new_tokens
+    prefill = min(generate(module, 1, args.prefill_len, 1) for _ in range(2))
+    print(json.dumps({
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "config": config,
+        "decode_step_seconds": decode,
+        "prefill_seconds": prefill,
+        "matmul_gflops": matmul_gflops(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
