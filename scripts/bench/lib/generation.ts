@@ -130,7 +130,7 @@ export async function runHttpArm(options: HttpArmOptions): Promise<ArmRound> {
     p50Ms: percentile(result.latenciesMs, 50),
     p95Ms: percentile(result.latenciesMs, 95),
     completed: result.completed,
-    errors: result.errors,
+    errors: result.errors + result.otherErrors,
     errorSamples: result.errorSamples,
     meanBatch: delta(sumName) / delta(countName),
     textMismatches,

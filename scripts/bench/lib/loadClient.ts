@@ -63,6 +63,8 @@ export interface ClosedLoopResult {
   sent: number;
   /** Requests aborted or left over at the end. */
   leftOver: number;
+  /** Errors during the warm-up or the drain (not in `errors`). */
+  otherErrors: number;
   /** How long the warm-up lasted, ms. */
   warmupMs: number;
 }
@@ -72,7 +74,7 @@ export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoop
   const timeoutMs = options.timeoutMs ?? 120_000;
   const maxRequests = options.maxRequests ?? 1_000_000;
   const outstanding = new Set<{ destroy(): void }>();
-  const result: ClosedLoopResult = { windowMs: 0, completed: 0, errors: 0, errorSamples: [], latenciesMs: [], sent: 0, leftOver: 0, warmupMs: 0 };
+  const result: ClosedLoopResult = { windowMs: 0, completed: 0, errors: 0, errorSamples: [], latenciesMs: [], sent: 0, leftOver: 0, warmupMs: 0, otherErrors: 0 };
 
   let windowStart = Number.POSITIVE_INFINITY;
   let windowEnd = Number.POSITIVE_INFINITY;
@@ -80,7 +82,11 @@ export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoop
 
   const inWindow = (t: number) => t >= windowStart && t <= windowEnd;
   const noteError = (t: number, why: string) => {
-    if (!inWindow(t)) return;
+    if (!inWindow(t)) {
+      result.otherErrors++;
+      if (result.errorSamples.length < 5) result.errorSamples.push(`(outside the window) ${why}`);
+      return;
+    }
     result.errors++;
     if (result.errorSamples.length < 5) result.errorSamples.push(why);
   };
