@@ -34,6 +34,8 @@ export interface ClosedLoopOptions {
   nextRequest(n: number): RequestSpec;
   /** At the end of the window: close outstanding requests, or wait for them. */
   end: "abort" | "drain";
+  /** Pause of each client after each answer, ms (default 0: back to back). */
+  pauseMs?: number;
   /** Per-request timeout; default 120 s. */
   timeoutMs?: number;
   /** Upper bound on requests sent; default 1e6. */
@@ -139,6 +141,7 @@ export async function closedLoop(options: ClosedLoopOptions): Promise<ClosedLoop
       const n = result.sent++;
       await one(n, options.nextRequest(n));
       answered[index]!++;
+      if (options.pauseMs) await sleep(options.pauseMs);
     }
   };
 

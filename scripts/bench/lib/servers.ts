@@ -103,6 +103,16 @@ export function startBareExpress(): Promise<Child<{ url: string }>> {
   });
 }
 
+/** createRecsysApp around a constant recommender (diagnostic arm of recommend-http). */
+export function startConstRecsys(): Promise<Child<{ url: string }>> {
+  return Child.start({
+    name: "recsys app, constant recommender",
+    command: process.execPath,
+    args: [join(benchDist, "lib", "constRecsysServer.js")],
+    ready: (line) => (typeof line.port === "number" ? { url: `http://127.0.0.1:${line.port}` } : undefined),
+  });
+}
+
 export interface FastapiOptions {
   checkpoint: string;
   maxBatchSize: number;
