@@ -14,6 +14,8 @@
  * Targets (DESIGN.md section 6): a/b >= 4, a/c >= 0.95 (HTTP + batching within 5%).
  */
 import { parseFlags, numberFlag, stringFlag } from "./lib/args.js";
+import { readCpuSeconds } from "./lib/child.js";
+import { scrape } from "./lib/http.js";
 import { EngineDriver, startOurServer, type OurServer } from "./lib/servers.js";
 import { burstRate, calibrate, runHttpArm, waitIdle, type ArmRound } from "./lib/generation.js";
 import { LoadSampler, machineFacts } from "./lib/machine.js";
@@ -23,9 +25,9 @@ import { fmt, fmtSpread, median, percentile, spread, table, verdict, type Spread
 
 const USAGE = `usage: node dist/scripts/bench/generate-http.js [options]
   --ckpt PATH          text checkpoint (default models/brown-gpt.pt)
-  --rounds N           rounds of all arms (default 3; --quick 1)
-  --seconds S          measured window per arm (default 8; --quick 5)
-  --warmup S           least warm-up per arm (default 2; --quick 1.5); HTTP arms also warm
+  --rounds N           rounds of all arms (default 5; --quick 1)
+  --seconds S          measured window per arm (default 5)
+  --warmup S           least warm-up per arm (default 1.5); HTTP arms also warm
                        up until every client has had an answer (steady-state latencies)
   --concurrency N      closed-loop clients (default 64)
   --max-new-tokens N   tokens per request (default 64)
@@ -47,9 +49,9 @@ async function main(): Promise<void> {
   ]);
   const quick = flags.has("quick");
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
-  const rounds = numberFlag(flags, "rounds", quick ? 1 : 3);
-  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 8) * 1000;
-  const warmupMs = numberFlag(flags, "warmup", quick ? 1.5 : 2) * 1000;
+  const rounds = numberFlag(flags, "rounds", quick ? 1 : 5);
+  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 5) * 1000;
+  const warmupMs = numberFlag(flags, "warmup", 1.5) * 1000;
   const concurrency = numberFlag(flags, "concurrency", 64);
   const maxNewTokens = numberFlag(flags, "max-new-tokens", 64);
   const maxWaitMs = numberFlag(flags, "max-wait-ms", 5);
@@ -96,6 +98,8 @@ async function main(): Promise<void> {
         let outcome: ArmRound;
         if (arm.kind === "http") {
           const server = servers.get(arm.batch)!;
+          const tokens0 = (await scrape(server.info.text)).get("generated_tokens_total") ?? Number.NaN;
+          const cpu0 = readCpuSeconds(server.pid);
           outcome = await runHttpArm({
             baseUrl: server.info.text,
             concurrency,
@@ -106,8 +110,12 @@ async function main(): Promise<void> {
             end: "abort",
           });
           await waitIdle(server.info.text);
+          const tokens1 = (await scrape(server.info.text)).get("generated_tokens_total") ?? Number.NaN;
+          outcome.tokensPerCpuSec = (tokens1 - tokens0) / (readCpuSeconds(server.pid) - cpu0);
         } else {
+          const cpu0 = readCpuSeconds(driver.pid);
           const run = await driver.run({ batchSize: arm.batch, maxNewTokens, warmupMs, durationMs });
+          const cpuSeconds = readCpuSeconds(driver.pid) - cpu0;
           const ms = run.batches.map((b) => b.ms);
           outcome = {
             tokensPerSec: burstRate(run.batches),
@@ -121,13 +129,14 @@ async function main(): Promise<void> {
             meanBatch: arm.batch,
             textMismatches: 0,
             warmupMs,
+            tokensPerCpuSec: run.totalTokens / cpuSeconds,
           };
         }
         perArm.get(arm.id)!.push(outcome);
         const errors = outcome.errors ? `, ${outcome.errors} errors: ${outcome.errorSamples[0]}` : "";
         console.log(
           `  round ${round + 1} ${arm.label.padEnd(36)} ${fmt(outcome.tokensPerSec, 0).padStart(7)} tok/s` +
-            `  p50 ${fmt(outcome.p50Ms, 0).padStart(6)} ms  batch ${fmt(outcome.meanBatch, 1)}  warm-up ${fmt(outcome.warmupMs / 1000, 1)} s${errors}`,
+            `  ${fmt(outcome.tokensPerCpuSec ?? Number.NaN, 0).padStart(6)} tok/CPU-s  p50 ${fmt(outcome.p50Ms, 0).padStart(6)} ms  batch ${fmt(outcome.meanBatch, 1)}  warm-up ${fmt(outcome.warmupMs / 1000, 1)} s${errors}`,
         );
       }
     }
@@ -135,6 +144,8 @@ async function main(): Promise<void> {
 
     const tps = (id: string) => perArm.get(id)?.map((r) => r.tokensPerSec) ?? [];
     const ratio = (x: string, y: string): Spread => spread(tps(x).map((v, i) => v / tps(y)[i]!));
+    const cpuOf = (id: string) => perArm.get(id)?.map((r) => r.tokensPerCpuSec ?? Number.NaN) ?? [];
+    const cpuRatio = (x: string, y: string): Spread => spread(cpuOf(x).map((v, i) => v / cpuOf(y)[i]!));
     const ratios: Record<string, { value: Spread; target?: string; ok?: boolean }> = {
       "a/b  batching on vs off": { value: ratio("a", "b"), target: ">= 4x" },
       "a/c  HTTP vs engine alone, batch 8": { value: ratio("a", "c"), target: ">= 0.95" },
@@ -148,13 +159,14 @@ async function main(): Promise<void> {
     }
 
     console.log("\n" + table(
-      ["arm (median of rounds)", "tok/s", "req/s", "p50 ms", "p95 ms", "batch", "errors"],
+      ["arm (median of rounds)", "tok/s", "tok/CPU-s", "req/s", "p50 ms", "p95 ms", "batch", "errors"],
       arms.map((arm) => {
         const runs = perArm.get(arm.id)!;
         const med = (f: (r: ArmRound) => number) => median(runs.map(f));
         return [
           arm.label + (arm.kind === "engine" ? " *" : ""),
           fmt(med((r) => r.tokensPerSec), 0),
+          fmt(med((r) => r.tokensPerCpuSec ?? Number.NaN), 0),
           fmt(med((r) => r.requestsPerSec), 1),
           fmt(med((r) => r.p50Ms), 0),
           fmt(med((r) => r.p95Ms), 0),
@@ -164,9 +176,16 @@ async function main(): Promise<void> {
       }),
     ));
     console.log("  * engine alone: p50/p95 are of one batch's duration (there is no request queue)");
+    console.log("  tok/CPU-s: tokens per CPU-second of the serving process (all its threads) over the whole arm");
     console.log("\n" + table(
       ["ratio of tok/s", "median (min-max)", "target", ""],
       Object.entries(ratios).map(([name, r]) => [name, fmtSpread(r.value, 2, "x"), r.target ?? "", r.target ? verdict(r.ok) : ""]),
+    ));
+    const cpuRatios: Record<string, Spread> = { "a/c  HTTP vs engine alone, batch 8": cpuRatio("a", "c") };
+    if (with32) cpuRatios["d/e  HTTP vs engine alone, batch 32"] = cpuRatio("d", "e");
+    console.log("\n" + table(
+      ["ratio of tok/CPU-s (cost per token)", "median (min-max)"],
+      Object.entries(cpuRatios).map(([name, r]) => [name, fmtSpread(r, 2, "x")]),
     ));
     const mismatches = [...perArm.values()].flat().reduce((n, r) => n + r.textMismatches, 0);
     console.log(`\nload average (1 min) during the run: ${loadDuring.min.toFixed(2)}-${loadDuring.max.toFixed(2)}, mean ${loadDuring.mean}` +
@@ -182,6 +201,7 @@ async function main(): Promise<void> {
       calibration,
       arms: arms.map((arm) => ({ ...arm, rounds: perArm.get(arm.id) })),
       ratios,
+      cpuRatios,
     });
     console.log(`results: ${file}`);
   } finally {

@@ -11,7 +11,8 @@
  */
 import { parseFlags, numberFlag, stringFlag } from "./lib/args.js";
 import { startFastapi, startOurServer, type OurServer } from "./lib/servers.js";
-import type { Child } from "./lib/child.js";
+import { readCpuSeconds, type Child } from "./lib/child.js";
+import { scrape } from "./lib/http.js";
 import { calibrate, runHttpArm, waitIdle, type ArmRound, type Calibration } from "./lib/generation.js";
 import { LoadSampler, machineFacts } from "./lib/machine.js";
 import { textCheckpoint } from "./lib/paths.js";
@@ -20,10 +21,10 @@ import { fmt, fmtSpread, median, spread, table, verdict } from "./lib/stats.js";
 
 const USAGE = `usage: node dist/scripts/bench/vs-fastapi.js [options]
   --ckpt PATH          text checkpoint (default models/brown-gpt.pt)
-  --rounds N           rounds (default 3; --quick 1)
-  --seconds S          measured window at 64 clients (default 10; --quick 5)
+  --rounds N           rounds, the order alternating (default 4; --quick 1)
+  --seconds S          measured window at 64 clients (default 8; --quick 5)
   --lone-seconds S     measured window at 1 client (default 5; --quick 3; 0 skips it)
-  --warmup S           least warm-up before each window (default 2; --quick 1.5); it also
+  --warmup S           least warm-up before each window (default 1.5); it also
                        lasts until every client has had an answer (steady-state latencies)
   --concurrency N      clients of the loaded level (default 64)
   --max-new-tokens N   tokens per request (default 64)
@@ -40,10 +41,10 @@ async function main(): Promise<void> {
   ]);
   const quick = flags.has("quick");
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
-  const rounds = numberFlag(flags, "rounds", quick ? 1 : 3);
-  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 10) * 1000;
+  const rounds = numberFlag(flags, "rounds", quick ? 1 : 4);
+  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 8) * 1000;
   const loneMs = numberFlag(flags, "lone-seconds", quick ? 3 : 5) * 1000;
-  const warmupMs = numberFlag(flags, "warmup", quick ? 1.5 : 2) * 1000;
+  const warmupMs = numberFlag(flags, "warmup", 1.5) * 1000;
   const concurrency = numberFlag(flags, "concurrency", 64);
   const maxNewTokens = numberFlag(flags, "max-new-tokens", 64);
   const maxBatchSize = numberFlag(flags, "max-batch-size", 8);
@@ -84,6 +85,9 @@ async function main(): Promise<void> {
       const order: Side[] = round % 2 === 0 ? ["ours", "fastapi"] : ["fastapi", "ours"];
       for (const level of levels) {
         for (const side of order) {
+          const pid = side === "ours" ? ours.pid : fastapi.pid;
+          const tokens0 = (await scrape(url[side])).get("generated_tokens_total") ?? Number.NaN;
+          const cpu0 = readCpuSeconds(pid);
           const outcome = await runHttpArm({
             baseUrl: url[side],
             concurrency: level.clients,
@@ -94,11 +98,14 @@ async function main(): Promise<void> {
             end: "abort",
           });
           await waitIdle(url[side], 300_000);
+          const tokens1 = (await scrape(url[side])).get("generated_tokens_total") ?? Number.NaN;
+          outcome.tokensPerCpuSec = (tokens1 - tokens0) / (readCpuSeconds(pid) - cpu0);
           const key = `${level.name}/${side}`;
           runs.set(key, [...(runs.get(key) ?? []), outcome]);
           const errors = outcome.errors ? `, ${outcome.errors} errors: ${outcome.errorSamples[0]}` : "";
           console.log(
             `  round ${round + 1} ${String(level.clients).padStart(2)} client(s) ${side.padEnd(7)} ${fmt(outcome.tokensPerSec, 0).padStart(7)} tok/s` +
+              ` ${fmt(outcome.tokensPerCpuSec ?? Number.NaN, 0).padStart(6)} tok/CPU-s` +
               `  p50 ${fmt(outcome.p50Ms, 0).padStart(6)} ms  p95 ${fmt(outcome.p95Ms, 0).padStart(6)} ms  batch ${fmt(outcome.meanBatch, 1)}${errors}`,
           );
         }
@@ -111,13 +118,14 @@ async function main(): Promise<void> {
       spread(get(level, "ours").map((r, i) => f(r) / f(get(level, "fastapi")[i]!)));
     const ratios = {
       throughput: ratioOf("loaded", (r) => r.tokensPerSec),
+      cpuPerToken: ratioOf("loaded", (r) => 1 / (r.tokensPerCpuSec ?? Number.NaN)),
       medianLatency: ratioOf("loaded", (r) => r.p50Ms),
       p95Latency: ratioOf("loaded", (r) => r.p95Ms),
       loneMedianLatency: loneMs > 0 ? ratioOf("lone", (r) => r.p50Ms) : undefined,
     };
 
     console.log("\n" + table(
-      ["server, load (median of rounds)", "tok/s", "req/s", "p50 ms", "p95 ms", "batch", "errors"],
+      ["server, load (median of rounds)", "tok/s", "tok/CPU-s", "req/s", "p50 ms", "p95 ms", "batch", "errors"],
       levels.flatMap((level) =>
         (["ours", "fastapi"] as Side[]).map((side) => {
           const r = get(level.name, side);
@@ -125,6 +133,7 @@ async function main(): Promise<void> {
           return [
             `${side === "ours" ? "ours (Express + addon)" : "FastAPI + PyTorch"}, ${level.clients} client(s)`,
             fmt(med((x) => x.tokensPerSec), 0),
+            fmt(med((x) => x.tokensPerCpuSec ?? Number.NaN), 0),
             fmt(med((x) => x.requestsPerSec), 1),
             fmt(med((x) => x.p50Ms), 0),
             fmt(med((x) => x.p95Ms), 0),
@@ -138,6 +147,7 @@ async function main(): Promise<void> {
       ["throughput ours/FastAPI, 64 clients", fmtSpread(ratios.throughput, 2, "x"), ">= 2x", verdict(ratios.throughput.median >= 2)],
       ["median latency ours/FastAPI, 64 clients", fmtSpread(ratios.medianLatency, 2, "x"), "<= 0.5x", verdict(ratios.medianLatency.median <= 0.5)],
       ["p95 latency ours/FastAPI, 64 clients", fmtSpread(ratios.p95Latency, 2, "x"), "", ""],
+      ["CPU-s per token ours/FastAPI, 64 clients", fmtSpread(ratios.cpuPerToken, 2, "x"), "", ""],
     ];
     if (ratios.loneMedianLatency) rows.push(["median latency ours/FastAPI, 1 client", fmtSpread(ratios.loneMedianLatency, 2, "x"), "", ""]);
     console.log("\n" + table(["ratio", "median (min-max)", "target", ""], rows));

@@ -123,3 +123,11 @@ export function readThreads(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
   return Number(/Threads:\s+(\d+)/.exec(status)?.[1] ?? Number.NaN);
 }
+
+/** CPU seconds (user + system, all threads) a process has used so far (Linux /proc). */
+export function readCpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // fields[0] is field 3 (state); utime and stime are fields 14 and 15, in clock ticks (100/s).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}

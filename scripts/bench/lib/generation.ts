@@ -34,13 +34,18 @@ export async function calibrate(baseUrl: string, maxNewTokens: number): Promise<
 /**
  * Throughput from completion times, free of the window's quantisation: requests finish in
  * bursts (a batch at a time), so counting whole bursts in a fixed window is off by up to a
- * batch. Completions are grouped into bursts (a gap over `gapMs` starts a new one); the
- * rate is the tokens of bursts 2..K over the time from burst 1 to burst K (each burst timed
- * by its first completion), i.e. K-1 whole batch periods. Needs at least 3 bursts; NaN
- * otherwise (the window is too short for the batch time).
+ * batch. Completions are grouped into bursts, a gap over 30% of the mean batch period
+ * starting a new one (`perBurst`: completions per burst, i.e. the batch size, or 1 when
+ * each entry is a whole batch); the rate is the tokens of bursts 2..K over the time from
+ * burst 1 to burst K (each timed by its first completion): K-1 whole batch periods.
+ * NaN with fewer than 3 bursts (the window is too short for the batch time).
  */
-export function burstRate(completions: readonly { at: number; tokens: number }[], gapMs = 30): number {
+export function burstRate(completions: readonly { at: number; tokens: number }[], perBurst = 1): number {
+  if (completions.length < 3) return Number.NaN;
   const sorted = [...completions].sort((a, b) => a.at - b.at);
+  const span = sorted[sorted.length - 1]!.at - sorted[0]!.at;
+  const period = span / Math.max(1, sorted.length / Math.max(1, perBurst) - 1);
+  const gapMs = 0.3 * period;
   const bursts: { at: number; tokens: number }[] = [];
   let previous = Number.NEGATIVE_INFINITY;
   for (const c of sorted) {
@@ -70,6 +75,11 @@ export interface ArmRound {
   textMismatches: number;
   /** Warm-up actually spent (at least until every client had an answer), ms. */
   warmupMs: number;
+  /**
+   * Tokens per CPU-second of the serving process over the whole arm (warm-up and the
+   * cancelled tail included): what the work costs, whatever else the machine is doing.
+   */
+  tokensPerCpuSec?: number;
 }
 
 export interface HttpArmOptions {
@@ -123,8 +133,9 @@ export async function runHttpArm(options: HttpArmOptions): Promise<ArmRound> {
   });
   const windowTokens = completions.reduce((sum, c) => sum + c.tokens, 0);
   const delta = (name: string) => (after?.get(name) ?? Number.NaN) - (before?.get(name) ?? Number.NaN);
+  const meanBatch = delta(sumName) / delta(countName);
   return {
-    tokensPerSec: burstRate(completions),
+    tokensPerSec: burstRate(completions, Number.isFinite(meanBatch) ? meanBatch : 1),
     tokensPerSecWindow: windowTokens / (result.windowMs / 1000),
     requestsPerSec: result.completed / (result.windowMs / 1000),
     p50Ms: percentile(result.latenciesMs, 50),
@@ -132,7 +143,7 @@ export async function runHttpArm(options: HttpArmOptions): Promise<ArmRound> {
     completed: result.completed,
     errors: result.errors + result.otherErrors,
     errorSamples: result.errorSamples,
-    meanBatch: delta(sumName) / delta(countName),
+    meanBatch,
     textMismatches,
     warmupMs: result.warmupMs,
   };
