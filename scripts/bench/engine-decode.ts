@@ -5,7 +5,7 @@
  * at batch 1, 8 and 32, plus the prefill of a 500-token prompt, and the native runtime's
  * achieved model FLOP/s against the measured matmul rate (512x512 float32, same threads).
  *
- *   node dist/scripts/bench/engine-decode.js [--ckpt models/brown-gpt.pt] [--threads N]
+ *   node dist/scripts/bench/engine-decode.js [--ckpt models/brown-gpt.pt] [--threads N (default cores - 1, the server's default)]
  *        [--rounds 3] [--new-tokens 128] [--quick]
  *
  * Rounds alternate the three arms so load on the machine hits them alike; the table shows the
@@ -25,7 +25,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const { values: args } = parseArgs({
   options: {
     ckpt: { type: "string", default: join(root, "models", "brown-gpt.pt") },
-    threads: { type: "string", default: String(Math.min(2, availableParallelism())) },
+    threads: { type: "string", default: String(Math.max(1, availableParallelism() - 1)) },
     rounds: { type: "string", default: "3" },
     "new-tokens": { type: "string", default: "128" },
     quick: { type: "boolean", default: false },

@@ -15,7 +15,12 @@ import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer
 export interface TorchEngineOptions {
   /** "cpu" (default), "cuda" or "cuda:N". */
   device?: string;
-  /** Intra-op threads of the inference thread; default: the machine's cores. */
+  /**
+   * Compute threads of the model (the native runtime's team, TorchScript's intra-op
+   * threads). Default: the machine's cores minus one (at most 8): one stays free for the event loop
+   * (HTTP, JSON, tokenizing); spin-synchronised threads that must share a core with it lose
+   * more than they gain.
+   */
   threads?: number;
   /** Check `<checkpoint>.sha256` when present. Default true. */
   verifyChecksum?: boolean;
@@ -46,7 +51,7 @@ export class TorchEngine implements TextGenerationEngine {
     const model = await addon.loadLanguageModel(path, {
       device: options.device ?? "cpu",
       extraFiles: ["config.json", "tokenizer.json", "tokenizer_config.json"],
-      threads: options.threads ?? availableParallelism(),
+      threads: options.threads ?? defaultThreads(),
     });
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
@@ -216,8 +221,17 @@ export class TorchEngine implements TextGenerationEngine {
 }
 
 /**
+ * The machine's cores minus one, which is left to the event loop; at least 1, at most 8
+ * (decode steps of the models served here are too small to split further with profit).
+ */
+export function defaultThreads(): number {
+  return Math.min(8, Math.max(1, availableParallelism() - 1));
+}
+
+/**
  * Builds the engine from the environment: SERVICE_CKPT (required), SERVICE_DEVICE (default
- * "cpu"), SERVICE_THREADS (default: the machine's cores), SERVICE_RUNTIME (default "auto").
+ * "cpu"), SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
+ * (default "auto").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const checkpoint = env.SERVICE_CKPT?.trim();

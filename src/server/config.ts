@@ -24,6 +24,17 @@ export interface ServerConfig {
   redisUrl: string | undefined;
   logLevel: string;
   shutdownTimeoutMs: number;
+  /** Express "trust proxy": whom to believe in X-Forwarded-For for the client address. */
+  trustProxy: boolean | number | string;
+}
+
+/** "true"/"false", a hop count, or addresses/subnets as Express takes them. */
+function trustProxy(env: NodeJS.ProcessEnv): boolean | number | string {
+  const raw = text(env, "TRUST_PROXY");
+  if (raw === undefined || raw === "false") return false;
+  if (raw === "true") return true;
+  if (/^\d+$/.test(raw)) return Number(raw);
+  return raw;
 }
 
 function text(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -67,6 +78,7 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     redisUrl: text(env, "REDIS_URL"),
     logLevel: text(env, "LOG_LEVEL") ?? "info",
     shutdownTimeoutMs: number(env, "SHUTDOWN_TIMEOUT_MS", 30000, nonNegative, "a number of milliseconds >= 0"),
+    trustProxy: trustProxy(env),
   };
   if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
     throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");

@@ -99,6 +99,10 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     logger,
   });
   const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger });
+  // Behind a load balancer the socket address is the balancer's: trust its X-Forwarded-For
+  // when told to, so rate-limit keys are the real clients.
+  textApp.set("trust proxy", config.trustProxy);
+  recsysApp.set("trust proxy", config.trustProxy);
   await Promise.all([textApp.start(), recsysApp.start()]);
   const text = await listen(textApp, config.host, config.port);
   const recsys = await listen(recsysApp, config.host, config.recsysPort);

@@ -1,0 +1,54 @@
+/** The server's environment: defaults, and an error naming each bad variable. */
+import { expect } from "chai";
+
+import { readServerConfig } from "../../src/server/config.js";
+
+describe("readServerConfig", () => {
+  it("has the documented defaults", () => {
+    const config = readServerConfig({});
+    expect(config).to.deep.include({
+      host: "0.0.0.0",
+      port: 8000,
+      recsysPort: 8001,
+      serviceCkpt: undefined,
+      serviceDevice: "cpu",
+      recsysDevice: "cpu",
+      maxBatchSize: 8,
+      maxWaitMs: 5,
+      maxQueueSize: 1024,
+      rateLimitPerSecond: undefined,
+      redisUrl: undefined,
+      logLevel: "info",
+      shutdownTimeoutMs: 30000,
+      trustProxy: false,
+    });
+  });
+
+  it("reads every variable", () => {
+    const config = readServerConfig({
+      HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",
+      SERVICE_THREADS: "3", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
+      MAX_WAIT_MS: "2.5", MAX_QUEUE_SIZE: "10", RATE_LIMIT_PER_SECOND: "5", RATE_LIMIT_BURST: "20",
+      REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
+    });
+    expect(config).to.deep.include({
+      host: "127.0.0.1", port: 0, recsysPort: 9001, serviceCkpt: "a.pt", serviceDevice: "cuda:1", serviceThreads: 3,
+      recsysCkpt: "b.pt", recsysLatencyBudgetMs: 50, maxBatchSize: 32, maxWaitMs: 2.5, maxQueueSize: 10,
+      rateLimitPerSecond: 5, rateLimitBurst: 20, redisUrl: "redis://127.0.0.1:6379", logLevel: "debug",
+      shutdownTimeoutMs: 1000, trustProxy: 1,
+    });
+    expect(readServerConfig({ TRUST_PROXY: "true" }).trustProxy).to.equal(true);
+    expect(readServerConfig({ TRUST_PROXY: "loopback, 10.0.0.0/8" }).trustProxy).to.equal("loopback, 10.0.0.0/8");
+  });
+
+  it("names the variable that is wrong", () => {
+    const bad: Record<string, string> = {
+      PORT: "http", RECSYS_PORT: "70000", MAX_BATCH_SIZE: "0", MAX_WAIT_MS: "-1", MAX_QUEUE_SIZE: "1.5",
+      SERVICE_THREADS: "many", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
+    };
+    for (const [name, value] of Object.entries(bad)) {
+      expect(() => readServerConfig({ [name]: value }), name).to.throw(name).with.property("code", "ERR_CONFIG");
+    }
+    expect(() => readServerConfig({ RATE_LIMIT_BURST: "5" })).to.throw(/RATE_LIMIT_PER_SECOND/);
+  });
+});
