@@ -14,6 +14,7 @@
  * Targets (DESIGN.md section 6): a/b >= 4, a/c >= 0.95 (HTTP + batching within 5%).
  */
 import { parseFlags, numberFlag, stringFlag } from "./lib/args.js";
+import { defaultThreads } from "../../src/engine/TorchEngine.js";
 import { readCpuSeconds } from "./lib/child.js";
 import { scrape } from "./lib/http.js";
 import { EngineDriver, startOurServer, type OurServer } from "./lib/servers.js";
@@ -32,7 +33,8 @@ const USAGE = `usage: node dist/scripts/bench/generate-http.js [options]
   --concurrency N      closed-loop clients (default 64)
   --max-new-tokens N   tokens per request (default 64)
   --max-wait-ms MS     the servers' maxWaitMs (default 5)
-  --threads N          intra-op threads for the engine (default 2)
+  --threads N          compute threads of the engine, server and engine alone alike
+                       (default: the server's own default, cores minus one, at most 8)
   --no-32              skip the batch-32 arms (d, e)
   --quick              one short round (~1 min)`;
 
@@ -55,13 +57,13 @@ async function main(): Promise<void> {
   const concurrency = numberFlag(flags, "concurrency", 64);
   const maxNewTokens = numberFlag(flags, "max-new-tokens", 64);
   const maxWaitMs = numberFlag(flags, "max-wait-ms", 5);
-  const threads = numberFlag(flags, "threads", 2);
+  const threads = numberFlag(flags, "threads", defaultThreads());
   const with32 = !flags.has("no-32");
 
   const machine = machineFacts();
   console.log(`generate-http: ${checkpoint}`);
   console.log(`  ${machine.cpu}, ${machine.cores} cores, node ${machine.node}, load ${machine.loadAtStart.toFixed(2)}`);
-  console.log(`  ${concurrency} clients, ${maxNewTokens} new tokens (greedy), ${rounds} round(s) x ${durationMs / 1000} s per arm`);
+  console.log(`  ${concurrency} clients, ${maxNewTokens} new tokens (greedy), ${threads} compute thread(s), ${rounds} round(s) x ${durationMs / 1000} s per arm`);
 
   const arms: Arm[] = [
     { id: "a", label: `(a) HTTP, maxBatchSize 8, wait ${maxWaitMs} ms`, kind: "http", batch: 8 },

@@ -137,7 +137,7 @@ async function main(): Promise<void> {
   const load = new LoadSampler();
   try {
     [ours, bare, constApp] = await Promise.all([
-      startOurServer({ checkpoint, recsysCheckpoint, threads: 2 }),
+      startOurServer({ checkpoint, recsysCheckpoint }),
       startBareExpress(),
       startConstRecsys(),
     ]);

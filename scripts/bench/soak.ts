@@ -145,7 +145,7 @@ async function main(): Promise<void> {
   let server: OurServer | undefined;
   const loadAvg = new LoadSampler();
   try {
-    server = await startOurServer({ checkpoint, threads: 2 });
+    server = await startOurServer({ checkpoint });
     const { text, recsys } = server.info;
     const pid = server.pid;
     const users = knownIds();

@@ -12,7 +12,8 @@ export interface OurServerOptions {
   checkpoint: string;
   maxBatchSize?: number;
   maxWaitMs?: number;
-  threads: number;
+  /** SERVICE_THREADS; unset: the server's default (cores minus one, at most 8). */
+  threads?: number;
   recsysCheckpoint?: string;
 }
 
@@ -27,14 +28,16 @@ export function startOurServer(options: OurServerOptions, name = "server"): Prom
     PORT: "0",
     RECSYS_PORT: "0",
     SERVICE_CKPT: options.checkpoint,
-    SERVICE_THREADS: String(options.threads),
     MAX_BATCH_SIZE: String(options.maxBatchSize ?? 8),
     MAX_WAIT_MS: String(options.maxWaitMs ?? 5),
     LOG_LEVEL: "info",
-    // The addon sets these itself; stated here so both servers visibly run alike.
+    // The addon sets this itself; stated here so both servers visibly run alike.
     OMP_WAIT_POLICY: "PASSIVE",
-    OPENBLAS_NUM_THREADS: String(options.threads),
   };
+  if (options.threads !== undefined) {
+    env.SERVICE_THREADS = String(options.threads);
+    env.OPENBLAS_NUM_THREADS = String(options.threads);
+  }
   if (options.recsysCheckpoint) env.RECSYS_CKPT = options.recsysCheckpoint;
   return Child.start({
     name,
