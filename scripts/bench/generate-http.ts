@@ -11,6 +11,7 @@
  *   (c) the engine alone (TorchEngine.generateBatch back to back, child process, no HTTP), batch 8
  *   (d) the server with maxBatchSize 32
  *   (e) the engine alone, batch 32
+ *   (f) the engine alone, batch 1 (c/f is the most batching can give: a/b's ceiling)
  * Targets (DESIGN.md section 6): a/b >= 4, a/c >= 0.95 (HTTP + batching within 5%).
  */
 import { parseFlags, numberFlag, stringFlag } from "./lib/args.js";
@@ -26,7 +27,7 @@ import { fmt, fmtSpread, median, percentile, spread, table, verdict, type Spread
 
 const USAGE = `usage: node dist/scripts/bench/generate-http.js [options]
   --ckpt PATH          text checkpoint (default models/brown-gpt.pt)
-  --rounds N           rounds of all arms (default 5; --quick 1)
+  --rounds N           rounds of all arms (default 4; --quick 1)
   --seconds S          measured window per arm (default 5)
   --warmup S           least warm-up per arm (default 1.5); HTTP arms also warm
                        up until every client has had an answer (steady-state latencies)
@@ -51,7 +52,7 @@ async function main(): Promise<void> {
   ]);
   const quick = flags.has("quick");
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
-  const rounds = numberFlag(flags, "rounds", quick ? 1 : 5);
+  const rounds = numberFlag(flags, "rounds", quick ? 1 : 4);
   const durationMs = numberFlag(flags, "seconds", quick ? 5 : 5) * 1000;
   const warmupMs = numberFlag(flags, "warmup", 1.5) * 1000;
   const concurrency = numberFlag(flags, "concurrency", 64);
@@ -69,6 +70,7 @@ async function main(): Promise<void> {
     { id: "a", label: `(a) HTTP, maxBatchSize 8, wait ${maxWaitMs} ms`, kind: "http", batch: 8 },
     { id: "b", label: "(b) HTTP, maxBatchSize 1", kind: "http", batch: 1 },
     { id: "c", label: "(c) engine alone, batch 8", kind: "engine", batch: 8 },
+    { id: "f", label: "(f) engine alone, batch 1", kind: "engine", batch: 1 },
   ];
   if (with32) {
     arms.push({ id: "d", label: "(d) HTTP, maxBatchSize 32", kind: "http", batch: 32 });
@@ -150,7 +152,9 @@ async function main(): Promise<void> {
     const cpuRatio = (x: string, y: string): Spread => spread(cpuOf(x).map((v, i) => v / cpuOf(y)[i]!));
     const ratios: Record<string, { value: Spread; target?: string; ok?: boolean }> = {
       "a/b  batching on vs off": { value: ratio("a", "b"), target: ">= 4x" },
+      "c/f  the engine's own batch 8 vs 1 (a/b's ceiling)": { value: ratio("c", "f") },
       "a/c  HTTP vs engine alone, batch 8": { value: ratio("a", "c"), target: ">= 0.95" },
+      "b/f  HTTP vs engine alone, batch 1": { value: ratio("b", "f") },
     };
     ratios["a/b  batching on vs off"]!.ok = ratios["a/b  batching on vs off"]!.value.median >= 4;
     ratios["a/c  HTTP vs engine alone, batch 8"]!.ok = ratios["a/c  HTTP vs engine alone, batch 8"]!.value.median >= 0.95;
@@ -183,7 +187,10 @@ async function main(): Promise<void> {
       ["ratio of tok/s", "median (min-max)", "target", ""],
       Object.entries(ratios).map(([name, r]) => [name, fmtSpread(r.value, 2, "x"), r.target ?? "", r.target ? verdict(r.ok) : ""]),
     ));
-    const cpuRatios: Record<string, Spread> = { "a/c  HTTP vs engine alone, batch 8": cpuRatio("a", "c") };
+    const cpuRatios: Record<string, Spread> = {
+      "a/c  HTTP vs engine alone, batch 8": cpuRatio("a", "c"),
+      "b/f  HTTP vs engine alone, batch 1": cpuRatio("b", "f"),
+    };
     if (with32) cpuRatios["d/e  HTTP vs engine alone, batch 32"] = cpuRatio("d", "e");
     console.log("\n" + table(
       ["ratio of tok/CPU-s (cost per token)", "median (min-max)"],
