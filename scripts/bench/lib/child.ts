@@ -75,6 +75,11 @@ export class Child<T = unknown> {
       child.once("error", (err) => fail(err.message));
       // stdout is always drained: a full pipe would stall the server.
       createInterface({ input: child.stdout! }).on("line", (line) => {
+        // Warnings and errors of the JSON log (pino: level 40+) are kept with stderr.
+        if (/"level":\s*([4-9]\d)/.test(line)) {
+          stderrTail.push(line);
+          if (stderrTail.length > 40) stderrTail.shift();
+        }
         if (settled || !line.startsWith("{")) return;
         let parsed: Record<string, unknown>;
         try {
@@ -86,13 +91,21 @@ export class Child<T = unknown> {
         if (info === undefined) return;
         settled = true;
         clearTimeout(timer);
-        resolve(new Child(options.name, child, info, stderrTail));
+        const started = new Child(options.name, child, info, stderrTail);
+        child.once("exit", (code, signal) => {
+          // Stopping it sets `stopping`; any other exit is news to whoever is measuring.
+          if (!started.stopping) console.error(`\n${options.name} (pid ${child.pid}) exited: code ${code}, signal ${signal}\n${stderrTail.join("\n")}`);
+        });
+        resolve(started);
       });
     });
   }
 
+  stopping = false;
+
   /** SIGTERM (the server drains), then SIGKILL after `graceMs`. */
   async stop(graceMs = 15_000): Promise<void> {
+    this.stopping = true;
     const child = this.process;
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
