@@ -19,7 +19,7 @@ import { Agent } from "node:http";
 import { join } from "node:path";
 
 import { parseFlags, numberFlag, stringFlag } from "./lib/args.js";
-import type { Child } from "./lib/child.js";
+import { readCpuSeconds, type Child } from "./lib/child.js";
 import { scrape, send, sleep } from "./lib/http.js";
 import { LoadSampler, machineFacts } from "./lib/machine.js";
 import { benchSrc, DEMO_RECSYS_MODEL, repoRoot, textCheckpoint } from "./lib/paths.js";
@@ -32,7 +32,7 @@ const USAGE = `usage: node dist/scripts/bench/recommend-http.js [options]
   --recsys-ckpt PATH   recommender checkpoint (default models/recsys-demo.pt)
   --ckpt PATH          text checkpoint the server also loads (default models/brown-gpt.pt)
   --rounds N           rounds (default 4; --quick 1)
-  --seconds S          measured wrk run per arm (default 8; --quick 5)
+  --seconds S          measured wrk run per arm (default 6; --quick 5)
   --warmup S           wrk warm-up run per arm, discarded (default 2; --quick 1)
   --connections N      wrk connections (default 64)
   --wrk-threads N      wrk threads (default 1: the other core is the server's)
@@ -64,6 +64,8 @@ interface ArmRun {
   p95Ms: number;
   p99Ms: number;
   errors: number;
+  /** CPU time of the server process (all threads) per answered request, microseconds. */
+  cpuUsPerRequest: number;
   /** One sample per probe interval during the measured run. */
   lag: LagSample[];
   /** Fallback answers beyond the unknown users sent (latency budget or overload). */
@@ -117,7 +119,7 @@ async function main(): Promise<void> {
   const recsysCheckpoint = stringFlag(flags, "recsys-ckpt", DEMO_RECSYS_MODEL);
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
   const rounds = numberFlag(flags, "rounds", quick ? 1 : 4);
-  const seconds = numberFlag(flags, "seconds", quick ? 5 : 8);
+  const seconds = numberFlag(flags, "seconds", quick ? 5 : 6);
   const warmup = numberFlag(flags, "warmup", quick ? 1 : 2);
   const connections = numberFlag(flags, "connections", 64);
   const wrkThreads = numberFlag(flags, "wrk-threads", 1);
@@ -161,16 +163,19 @@ async function main(): Promise<void> {
       ours: {
         label: "ours: createRecsysApp + TorchRecommender",
         url: ours.info.recsys,
+        pid: ours.pid,
         lag: promLag(ours.info.recsys),
       },
       app: {
         label: "createRecsysApp + constant (diagnostic)",
         url: constApp.info.url,
+        pid: constApp.pid,
         lag: promLag(constApp.info.url),
       },
       bare: {
         label: "bare Express route, constant JSON",
         url: bare.info.url,
+        pid: bare.pid,
         lag: async (): Promise<LagSample> => {
           const reply = JSON.parse((await send(`${bare!.info.url}/lag`)).body) as { p99_ms: number; max_ms: number; mean_ms: number };
           return { p99Ms: reply.p99_ms, maxMs: reply.max_ms, meanMs: reply.mean_ms };
@@ -192,13 +197,16 @@ async function main(): Promise<void> {
         const arm = arms[side];
         await runWrk(arm.url, warmup, connections, wrkThreads, wrkEnv);
         const fallbacksBefore = side === "ours" ? await fallbackCount(arm.url) : 0;
+        const cpu0 = readCpuSeconds(arm.pid);
         const { value: summary, lag } = await lagDuring(arm.lag, () => runWrk(arm.url, seconds, connections, wrkThreads, wrkEnv));
+        const cpuSeconds = readCpuSeconds(arm.pid) - cpu0;
         const run: ArmRun = {
           requestsPerSec: summary.requests / (summary.duration_us / 1e6),
           p50Ms: summary.latency_us.p50 / 1000,
           p95Ms: summary.latency_us.p95 / 1000,
           p99Ms: summary.latency_us.p99 / 1000,
           errors: Object.values(summary.errors).reduce((a, b) => a + b, 0),
+          cpuUsPerRequest: (cpuSeconds / summary.requests) * 1e6,
           lag,
         };
         if (side === "ours") run.extraFallbacks = (await fallbackCount(arm.url)) - fallbacksBefore - summary.unknown_sent;
@@ -253,13 +261,14 @@ async function main(): Promise<void> {
     };
 
     console.log("\n" + table(
-      ["arm (median of rounds)", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "loop p99 ms", "loop max ms"],
+      ["arm (median of rounds)", "req/s", "CPU us/req", "p50 ms", "p95 ms", "p99 ms", "errors", "loop p99 ms", "loop max ms"],
       sides.map((side) => {
         const r = runs[side];
         const med = (f: (x: ArmRun) => number) => median(r.map(f));
         return [
           arms[side].label,
           fmt(med((x) => x.requestsPerSec), 0),
+          fmt(med((x) => x.cpuUsPerRequest), 0),
           fmt(med((x) => x.p50Ms), 2),
           fmt(med((x) => x.p95Ms), 2),
           fmt(med((x) => x.p99Ms), 2),
@@ -269,6 +278,7 @@ async function main(): Promise<void> {
         ];
       }),
     ));
+    console.log("  CPU us/req: CPU time of the server process, all its threads (the model's included), per answer");
     console.log(`  loop: event-loop delay sampled every 10 ms (monitorEventLoopDelay; an idle loop reads ~10 ms,` +
       ` here ours ${fmt(idle.ours.maxMs, 1)} / bare ${fmt(idle.bare.maxMs, 1)} ms max at idle); p99 = worst 2-s interval, median of rounds; max = worst of all`);
     console.log("\n" + table(

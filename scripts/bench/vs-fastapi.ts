@@ -22,8 +22,8 @@ import { fmt, fmtSpread, median, spread, table, verdict } from "./lib/stats.js";
 const USAGE = `usage: node dist/scripts/bench/vs-fastapi.js [options]
   --ckpt PATH          text checkpoint (default models/brown-gpt.pt)
   --rounds N           rounds, the order alternating (default 4; --quick 1)
-  --seconds S          measured window at 64 clients (default 8; --quick 5)
-  --lone-seconds S     measured window at 1 client (default 5; --quick 3; 0 skips it)
+  --seconds S          measured window at 64 clients (default 6; --quick 5)
+  --lone-seconds S     measured window at 1 client (default 4; --quick 3; 0 skips it)
   --warmup S           least warm-up before each window (default 1.5); it also
                        lasts until every client has had an answer (steady-state latencies)
   --concurrency N      clients of the loaded level (default 64)
@@ -42,8 +42,8 @@ async function main(): Promise<void> {
   const quick = flags.has("quick");
   const checkpoint = textCheckpoint(flags.get("ckpt") === undefined ? undefined : stringFlag(flags, "ckpt", ""));
   const rounds = numberFlag(flags, "rounds", quick ? 1 : 4);
-  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 8) * 1000;
-  const loneMs = numberFlag(flags, "lone-seconds", quick ? 3 : 5) * 1000;
+  const durationMs = numberFlag(flags, "seconds", quick ? 5 : 6) * 1000;
+  const loneMs = numberFlag(flags, "lone-seconds", quick ? 3 : 4) * 1000;
   const warmupMs = numberFlag(flags, "warmup", 1.5) * 1000;
   const concurrency = numberFlag(flags, "concurrency", 64);
   const maxNewTokens = numberFlag(flags, "max-new-tokens", 64);
