@@ -34,6 +34,8 @@ export interface StartOptions<T> {
   timeoutMs?: number;
   /** fork() (Node, with an IPC channel) instead of spawn(). */
   ipc?: boolean;
+  /** Every stdout line that parses as JSON, before and after ready. */
+  onJson?(line: Record<string, unknown>): void;
 }
 
 export class Child<T = unknown> {
@@ -80,13 +82,15 @@ export class Child<T = unknown> {
           stderrTail.push(line);
           if (stderrTail.length > 40) stderrTail.shift();
         }
-        if (settled || !line.startsWith("{")) return;
+        if (!line.startsWith("{")) return;
         let parsed: Record<string, unknown>;
         try {
           parsed = JSON.parse(line) as Record<string, unknown>;
         } catch {
           return;
         }
+        options.onJson?.(parsed);
+        if (settled) return;
         const info = options.ready(parsed);
         if (info === undefined) return;
         settled = true;

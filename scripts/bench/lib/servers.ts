@@ -15,6 +15,9 @@ export interface OurServerOptions {
   /** SERVICE_THREADS; unset: the server's default (cores minus one, at most 8). */
   threads?: number;
   recsysCheckpoint?: string;
+  /** Run through lib/gcServer.js with --expose-gc: SIGUSR2 = full GC, memory printed. */
+  gcProbe?: boolean;
+  onJson?(line: Record<string, unknown>): void;
 }
 
 export type OurServer = Child<{ text: string; recsys: string; runtime: string }>;
@@ -42,8 +45,9 @@ export function startOurServer(options: OurServerOptions, name = "server"): Prom
   return Child.start({
     name,
     command: process.execPath,
-    args: [serverEntry],
+    args: options.gcProbe ? ["--expose-gc", join(benchDist, "lib", "gcServer.js")] : [serverEntry],
     env,
+    onJson: options.onJson,
     ready(line) {
       if (typeof line.runtime === "string") runtime = line.runtime; // "language model loaded"
       if ((line.app === "text" || line.app === "recsys") && typeof line.url === "string") {
