@@ -17,7 +17,7 @@
       ],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-rtti", "-fno-exceptions", "-std=gnu++17", "-std=gnu++20"],
-      "cflags_cc": ["-std=c++17", "-frtti", "-fexceptions", "-O2", "-fvisibility=hidden", "-ffp-contract=fast"],
+      "cflags_cc": ["-std=c++17", "-frtti", "-fexceptions", "-O2", "-fvisibility=hidden", "-ffp-contract=fast", "-Wno-psabi"],
       "libraries": [
         "<!@(node scripts/torch-paths.mjs --ldflags)",
         "-ldl"

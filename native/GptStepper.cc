@@ -1,5 +1,6 @@
 #include "GptStepper.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -109,22 +110,9 @@ void GptStepper::Begin(int64_t batch) {
   values_.Resize(perCache);
 }
 
-void GptStepper::Keep(const at::Tensor& rows) {
-  const auto kept = rows.to(at::kLong).contiguous();
-  const int64_t* from = kept.data_ptr<int64_t>();
-  const size_t block = static_cast<size_t>(heads_) * headDim_ * contextPad_;
-  const int count = static_cast<int>(kept.numel());
-  for (int l = 0; l < layers_; ++l) {
-    for (int i = 0; i < count; ++i) {
-      // Rows are kept in increasing order, so copying slot from[i] down to i never clobbers a
-      // slot still to be read (the layout changes from slots_ to count slots per layer).
-      std::memmove(keys_.get() + (static_cast<size_t>(l) * count + i) * block,
-                   keys_.get() + (static_cast<size_t>(l) * slots_ + from[i]) * block, block * sizeof(float));
-      std::memmove(values_.get() + (static_cast<size_t>(l) * count + i) * block,
-                   values_.get() + (static_cast<size_t>(l) * slots_ + from[i]) * block, block * sizeof(float));
-    }
-  }
-  slots_ = count;
+int64_t GptStepper::SlotBudget() const {
+  const int64_t bytesPerSlot = 2LL * layers_ * heads_ * headDim_ * contextPad_ * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>((256LL << 20) / bytesPerSlot, 8, 64);
 }
 
 at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
@@ -170,19 +158,26 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   }
 
   const int count = static_cast<int>(segments_.size());
-  team_.Run([&](int member) {
-    Layers(member, rows);
-    // Logits after each row's last token only.
-    float* normed = normed_[member].get();
-    for (int j = 0; j < count; ++j) {
-      const Segment& segment = segments_[j];
-      LayerNormRows(x_.get() + (segment.firstRow + segment.count - 1) * d, 1, embd_, embd_, lnfGamma_.data(),
-                    lnfBeta_.data(), eps_, normed + j * d, embd_);
-    }
-    const auto [b, e] = team_.Share((head_.panels() + 1) / 2, member);
-    LinearPanels(normed, count, embd_, head_, last.get(), vocab_, 2 * b, std::min(2 * e, head_.panels()),
-                 Epilogue::Store);
-  });
+  team_.Run(
+      [&](int member) {
+        Layers(member, rows);
+        // Logits after each row's last token only.
+        float* normed = normed_[member].get();
+        bool ready = false;
+        team_.Phase(member, Pairs(head_), [&](int pair) {
+          if (!ready) {
+            for (int j = 0; j < count; ++j) {
+              const Segment& segment = segments_[j];
+              LayerNormRows(x_.get() + (segment.firstRow + segment.count - 1) * d, 1, embd_, embd_, lnfGamma_.data(),
+                            lnfBeta_.data(), eps_, normed + j * d, embd_);
+            }
+            ready = true;
+          }
+          LinearPanels(normed, count, embd_, head_, last.get(), vocab_, 2 * pair, std::min(2 * pair + 2, head_.panels()),
+                       Epilogue::Store);
+        });
+      },
+      5 * layers_ + 1);
   float* out = logits.data_ptr<float>();
   for (int j = 0; j < count; ++j) {
     std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last.get() + static_cast<size_t>(j) * vocab_,
@@ -190,6 +185,8 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   }
   return logits;
 }
+
+int GptStepper::Pairs(const PackedLinear& w) { return (w.panels() + 1) / 2; }
 
 void GptStepper::Layers(int member, int rows) {
   const int d = embd_;
@@ -200,21 +197,23 @@ void GptStepper::Layers(int member, int rows) {
   float* hidden = hidden_.get();
   float* normed = normed_[member].get();
   float* scratch = scratch_[member].get();
-  auto panels = [&](const PackedLinear& w) {
-    const auto [b, e] = team_.Share((w.panels() + 1) / 2, member);  // pairs of panels
-    return std::pair<int, int>{2 * b, std::min(2 * e, w.panels())};
-  };
+  // Chunks of the matrix products are pairs of 16-column panels.
+  auto columns = [&](const PackedLinear& w, int pair) { return std::pair<int, int>{2 * pair, std::min(2 * pair + 2, w.panels())}; };
 
   for (int l = 0; l < layers_; ++l) {
     const Layer& layer = blocks_[l];
-    // Every member normalises all rows itself: cheaper than a barrier.
-    LayerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
-    std::pair<int, int> range = panels(layer.qkv);
-    LinearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, range.first, range.second, Epilogue::Store);
-    team_.Barrier();
+    // A member normalises all rows itself before its first chunk: cheaper than a phase.
+    bool ready = false;
+    team_.Phase(member, Pairs(layer.qkv), [&](int pair) {
+      if (!ready) {
+        LayerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
+        ready = true;
+      }
+      const auto [p0, p1] = columns(layer.qkv, pair);
+      LinearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
+    });
 
-    const auto [t0, t1] = team_.Share(static_cast<int>(segments_.size()) * heads_, member);
-    for (int task = t0; task < t1; ++task) {
+    team_.Phase(member, static_cast<int>(segments_.size()) * heads_, [&](int task) {
       const Segment& segment = segments_[task / heads_];
       const int h = task % heads_;
       float* keys = KeysT(l, segment.slot, h);
@@ -230,21 +229,27 @@ void GptStepper::Layers(int member, int rows) {
       AttendHead(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, segment.count,
                  segment.position, keys, contextPad_, values, headDim_, scale,
                  attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_, d, scratch);
-    }
-    team_.Barrier();
+    });
 
-    range = panels(layer.proj);
-    LinearPanels(attn, rows, d, layer.proj, x, d, range.first, range.second, Epilogue::Accumulate);
-    team_.Barrier();
+    team_.Phase(member, Pairs(layer.proj), [&](int pair) {
+      const auto [p0, p1] = columns(layer.proj, pair);
+      LinearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
+    });
 
-    LayerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
-    range = panels(layer.fc);
-    LinearPanels(normed, rows, d, layer.fc, hidden, 4 * d, range.first, range.second, gelu_);
-    team_.Barrier();
+    ready = false;
+    team_.Phase(member, Pairs(layer.fc), [&](int pair) {
+      if (!ready) {
+        LayerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
+        ready = true;
+      }
+      const auto [p0, p1] = columns(layer.fc, pair);
+      LinearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
+    });
 
-    range = panels(layer.out);
-    LinearPanels(hidden, rows, 4 * d, layer.out, x, d, range.first, range.second, Epilogue::Accumulate);
-    team_.Barrier();
+    team_.Phase(member, Pairs(layer.out), [&](int pair) {
+      const auto [p0, p1] = columns(layer.out, pair);
+      LinearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
+    });
   }
 }
 

@@ -1,8 +1,9 @@
 // The native fast path for checkpoints of architecture "gpt" (scripts/model/gpt.py and the
 // nanoGPT / GPT-2 exports): the same forward as the checkpoint's TorchScript, computed by
 // Kernels.cc on a ThreadTeam with weights packed once at configure time. Only real tokens
-// are computed (no padding rows), finished rows cost nothing, and the KV cache keeps keys
-// transposed so attention needs no horizontal sums.
+// are computed (no padding rows), idle slots cost nothing (so jobs can share the cache and
+// batch continuously), and the KV cache keeps keys transposed so attention needs no
+// horizontal sums.
 #pragma once
 
 #include <torch/script.h>
@@ -25,8 +26,9 @@ class GptStepper : public Stepper {
 
   void Begin(int64_t batch) override;
   at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
-  void Keep(const at::Tensor& rows) override;
-  bool WantsCompaction() const override { return false; }
+  bool AddressableSlots() const override { return true; }
+  // As many slots as fit in 256 MiB of cache (at least 8, at most 64).
+  int64_t SlotBudget() const override;
   void End() override {}
 
  private:
@@ -35,7 +37,9 @@ class GptStepper : public Stepper {
     PackedLinear qkv, proj, fc, out;
   };
 
+  // Runs inside team_.Run: 5 phases per layer.
   void Layers(int member, int rows);
+  static int Pairs(const PackedLinear& w);
   float* KeysT(int layer, int slot, int head) const;
   float* Values(int layer, int slot, int head) const;
 

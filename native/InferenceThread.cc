@@ -36,6 +36,14 @@ bool InferenceThread::Post(Task task) {
   return true;
 }
 
+std::shared_ptr<void> InferenceThread::TakeBatchable() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tasks_.empty() || !tasks_.front().batchable) return nullptr;
+  std::shared_ptr<void> payload = std::move(tasks_.front().batchable);
+  tasks_.pop_front();
+  return payload;
+}
+
 void InferenceThread::RequestStop(std::function<void()> onExit, bool abandonQueued) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -19,6 +20,8 @@ class InferenceThread {
     std::function<void()> run;
     // Called instead of `run` for a task still queued when the thread stops.
     std::function<void()> abandon;
+    // Set on tasks that a running task may take over (generation jobs joining a decode loop).
+    std::shared_ptr<void> batchable;
   };
 
   // intraOpThreads <= 0 keeps libtorch's default.
@@ -30,6 +33,11 @@ class InferenceThread {
 
   // False (and the task untouched) once Stop has begun.
   bool Post(Task task);
+
+  // On the thread, from a running task: removes the next queued task and returns its
+  // `batchable` payload if it has one; else null (the queue is left as it was). Queue order
+  // is kept: a task without a payload at the front stops the taking.
+  std::shared_ptr<void> TakeBatchable();
 
   // Stops accepting; the queued tasks still run (or, with abandonQueued, are abandoned);
   // then the thread calls `onExit` as its last act. Does not wait.

@@ -6,10 +6,6 @@
 #include <cstring>
 #include <new>
 
-// Vector values cross only between functions of the same instruction-set copy, so GCC's
-// note on the AVX-512 argument ABI does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 #define TSN_INLINE inline __attribute__((always_inline))
 #define TSN_NOINLINE __attribute__((noinline))
 

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
 namespace tsn {
 
 class Stepper {
@@ -16,10 +18,14 @@ class Stepper {
   // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [B,V] after each
   // row's last fed token, on the model's device.
   virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
-  // Keeps only the cache rows listed (int64, CPU), in that order.
-  virtual void Keep(const at::Tensor& rows) = 0;
-  // Whether finished rows cost compute until Keep drops them (padded batch runtimes).
-  virtual bool WantsCompaction() const { return true; }
+  // True when any slot can start a new row at any step and idle slots cost nothing (rows at
+  // different positions, lengths 0 for idle slots): the Scheduler then batches continuously.
+  // False for a batch-bound cache, where finished rows cost compute until Keep drops them.
+  virtual bool AddressableSlots() const { return false; }
+  // Slots worth allocating for continuous batching (addressable runtimes).
+  virtual int64_t SlotBudget() const { return 1; }
+  // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
+  virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
   // Frees the cache.
   virtual void End() = 0;
 };

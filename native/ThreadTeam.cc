@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 namespace tsn {
 
 namespace {
@@ -25,7 +27,7 @@ void WaitUntil(Done done) {
 
 }  // namespace
 
-ThreadTeam::ThreadTeam(int size) : size_(size < 1 ? 1 : size) {
+ThreadTeam::ThreadTeam(int size) : size_(size < 1 ? 1 : size), phaseOf_(size_, 0) {
   for (int member = 1; member < size_; ++member) workers_.emplace_back([this, member] { Work(member); });
 }
 
@@ -38,19 +40,23 @@ ThreadTeam::~ThreadTeam() {
   for (auto& worker : workers_) worker.join();
 }
 
-std::pair<int, int> ThreadTeam::Share(int count, int member) const {
-  const int begin = static_cast<int>(static_cast<int64_t>(count) * member / size_);
-  const int end = static_cast<int>(static_cast<int64_t>(count) * (member + 1) / size_);
-  return {begin, end};
-}
-
-void ThreadTeam::Run(const std::function<void(int)>& fn) {
+void ThreadTeam::Run(const std::function<void(int)>& fn, int phases) {
+  if (phases > phaseCapacity_) {
+    phases_.reset(new Counters[phases]);
+    phaseCapacity_ = phases;
+  }
+  for (int p = 0; p < phases; ++p) {
+    phases_[p].claimed.store(0, std::memory_order_relaxed);
+    phases_[p].done.store(0, std::memory_order_relaxed);
+  }
+  std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
   if (size_ == 1) {
     fn(0);
     return;
   }
   finished_.store(0);
   {
+    // The lock also publishes the counters reset above to the members it wakes.
     std::lock_guard<std::mutex> lock(wakeMutex_);
     job_ = &fn;
     round_.fetch_add(1);
@@ -60,15 +66,13 @@ void ThreadTeam::Run(const std::function<void(int)>& fn) {
   WaitUntil([this] { return finished_.load(std::memory_order_acquire) == size_ - 1; });
 }
 
-void ThreadTeam::Barrier() {
-  if (size_ == 1) return;
-  const uint64_t phase = barrierPhase_.load(std::memory_order_acquire);
-  if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
-    arrived_.store(0, std::memory_order_relaxed);
-    barrierPhase_.fetch_add(1, std::memory_order_acq_rel);
-    return;
+void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& work) {
+  Counters& phase = phases_[phaseOf_[member]++];
+  for (int chunk; (chunk = phase.claimed.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+    work(chunk);
+    phase.done.fetch_add(1, std::memory_order_release);
   }
-  WaitUntil([&] { return barrierPhase_.load(std::memory_order_acquire) != phase; });
+  if (size_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }
 
 void ThreadTeam::Work(int member) {

@@ -1,13 +1,16 @@
 // A small fork-join team for the native runtime's decode step: the calling (inference)
-// thread plus `size - 1` workers run one function together, meeting at barriers between
-// dependent phases. Waits spin briefly and then yield or sleep, so an idle team costs no
-// CPU and an oversubscribed machine is not starved by spinning.
+// thread plus `size - 1` workers run one function together, in dependent phases whose
+// chunks of work are claimed dynamically: each chunk runs once, on whichever member claims
+// it, so a member the OS deschedules (the event loop or a neighbour wants its core) only
+// holds the others up if it is descheduled in the middle of a chunk; the others take its
+// share. Waits spin briefly and then yield or sleep, so an idle team costs no CPU.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,17 +28,22 @@ class ThreadTeam {
   int size() const { return size_; }
 
   // Runs fn(member) on every member (the caller is member 0); returns when all are done.
-  // Exceptions thrown by fn are not allowed (the kernels do not throw).
-  void Run(const std::function<void(int)>& fn);
+  // fn may call Phase up to `phases` times. Exceptions thrown by fn are not allowed (the
+  // kernels do not throw).
+  void Run(const std::function<void(int)>& fn, int phases);
 
-  // Inside Run: returns when every member has reached it.
-  void Barrier();
-
-  // [begin, end) of `count` items for `member`, in contiguous, nearly equal shares.
-  std::pair<int, int> Share(int count, int member) const;
+  // Inside Run, called by every member for the same phases in the same order: runs each of
+  // work(0) .. work(chunks - 1) once on whichever member claims it, and returns when all of
+  // them are done (their writes are then visible to every member).
+  void Phase(int member, int chunks, const std::function<void(int)>& work);
 
  private:
   void Work(int member);
+
+  struct alignas(64) Counters {
+    std::atomic<int> claimed{0};
+    std::atomic<int> done{0};
+  };
 
   const int size_;
   std::vector<std::thread> workers_;
@@ -47,8 +55,10 @@ class ThreadTeam {
   std::atomic<bool> stop_{false};
   std::atomic<int> finished_{0};
 
-  std::atomic<int> arrived_{0};
-  std::atomic<uint64_t> barrierPhase_{0};
+  // Set up by Run before the members start; a member's own entry of phaseOf_ is its alone.
+  std::unique_ptr<Counters[]> phases_;
+  int phaseCapacity_ = 0;
+  std::vector<int> phaseOf_;
 };
 
 }  // namespace tsn

@@ -71,6 +71,32 @@ std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
   return rows;
 }
 
+void Track(ModelCore& core, const std::shared_ptr<Generation>& job, bool running) {
+  std::lock_guard<std::mutex> lock(core.jobsMutex);
+  if (running) {
+    core.jobs.insert(job);
+  } else {
+    core.jobs.erase(job);
+  }
+}
+
+// On the inference thread: serves `first` and the generation jobs queued behind it (they
+// join its decode loop where the runtime allows).
+void ServeJobs(const std::shared_ptr<ModelCore>& core, const std::shared_ptr<ScheduledJob>& first) {
+  Track(*core, first->generation, true);
+  if (!core->stepper) {
+    first->generation->failed = true;
+    first->generation->error = {"ERR_INVALID_ARGUMENT", "configure() the model before generate()"};
+    first->complete();
+    return;
+  }
+  Scheduler(*core->stepper, core->decode).Serve(first, [core] {
+    auto next = std::static_pointer_cast<ScheduledJob>(core->thread->TakeBatchable());
+    if (next) Track(*core, next->generation, true);
+    return next;
+  });
+}
+
 }  // namespace
 
 Napi::Function TorchModel::Define(Napi::Env env) {
@@ -135,10 +161,10 @@ void TorchModel::Settle(Napi::Env env) {
   Unref();
 }
 
-bool TorchModel::Submit(Napi::Env env, std::function<void()> run, std::function<void()> abandon) {
+bool TorchModel::Submit(Napi::Env env, InferenceThread::Task task) {
   if (disposing_) return false;
   Hold(env);
-  if (!core_->thread->Post({std::move(run), std::move(abandon)})) {
+  if (!core_->thread->Post(std::move(task))) {
     Settle(env);
     return false;
   }
@@ -194,7 +220,7 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
     }
   };
   auto abandon = [settle] { settle({}, true, {"ERR_DISPOSED", "the model was disposed"}); };
-  if (!Submit(env, run, abandon)) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
+  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
   return deferred.Promise();
 }
 
@@ -251,34 +277,20 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
       if (job->Push(row, token)) mailbox->Post(deliverTokens);
     };
   }
-  auto run = [core, job, sink, complete] {
-    {
-      std::lock_guard<std::mutex> lock(core->jobsMutex);
-      core->jobs.insert(job);
-    }
-    try {
-      if (!core->stepper) throw CodedError("ERR_INVALID_ARGUMENT", "configure() the model before generate()");
-      RunGeneration(*job, *core->stepper, core->generator, sink);
-    } catch (...) {
-      job->failed = true;
-      job->error = CurrentError("ERR_INFERENCE");
-      try {
-        if (core->stepper) core->stepper->End();
-      } catch (...) {
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(core->jobsMutex);
-      core->jobs.erase(job);
-    }
+  auto scheduled = std::make_shared<ScheduledJob>();
+  scheduled->generation = job;
+  scheduled->sink = sink;
+  scheduled->complete = [core, job, complete] {
+    Track(*core, job, false);
     complete();
   };
+  auto run = [core, scheduled] { ServeJobs(core, scheduled); };
   auto abandon = [job, complete] {
     job->failed = true;
     job->error = {"ERR_DISPOSED", "the model was disposed before this generation started"};
     complete();
   };
-  if (!Submit(env, run, abandon)) {
+  if (!Submit(env, {run, abandon, scheduled})) {
     job->failed = true;
     job->error = {"ERR_DISPOSED", "the model was disposed"};
     js->deferred.Reject(MakeError(env, job->error).Value());
@@ -296,10 +308,10 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
     return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure(settings) takes an object"});
   }
   Napi::Object settings = info[0].As<Napi::Object>();
-  GeneratorSettings generator;
-  generator.contextLength = IntField(settings, "contextLength", 0);
-  generator.eosTokenId = IntField(settings, "eosTokenId", -1);
-  if (generator.contextLength < 2) {
+  DecodeSettings decode;
+  decode.contextLength = IntField(settings, "contextLength", 0);
+  decode.eosTokenId = IntField(settings, "eosTokenId", -1);
+  if (decode.contextLength < 2) {
     return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure(): contextLength must be at least 2"});
   }
   const int64_t warmupToken = IntField(settings, "warmupToken", 0);
@@ -330,11 +342,11 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
       self->Settle(env);
     });
   };
-  auto run = [core, generator, warmupToken, request, settle] {
+  auto run = [core, decode, warmupToken, request, settle] {
     try {
       RuntimeChoice choice = ChooseRuntime(core->loaded, request);
       core->stepper = std::move(choice.stepper);
-      core->generator = generator;
+      core->decode = decode;
       core->runtime = choice.runtime;
       // The first calls after load are slow (TorchScript profiling runs): pay them now.
       GenerateRow row;
@@ -342,8 +354,12 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
       row.maxNewTokens = 3;
       row.temperature = 0;
       for (int i = 0; i < 2; ++i) {
-        Generation warmup({row, row});
-        RunGeneration(warmup, *core->stepper, core->generator, nullptr);
+        auto warmup = std::make_shared<ScheduledJob>();
+        warmup->generation = std::make_shared<Generation>(std::vector<GenerateRow>{row, row});
+        warmup->complete = [] {};
+        Scheduler(*core->stepper, core->decode).Serve(warmup, nullptr);
+        const Generation& done = *warmup->generation;
+        if (done.failed) throw CodedError(done.error.code, done.error.message);
       }
       settle(false, {}, core->runtime, choice.note);
     } catch (...) {
@@ -352,7 +368,7 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
     }
   };
   auto abandon = [settle] { settle(true, {"ERR_DISPOSED", "the model was disposed"}, "", ""); };
-  if (!Submit(env, run, abandon)) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
+  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
   return deferred.Promise();
 }
 

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "Checkpoint.h"
-#include "Generator.h"
+#include "Scheduler.h"
 #include "InferenceThread.h"
 #include "Mailbox.h"
 #include "Stepper.h"
@@ -23,7 +23,7 @@ struct ModelCore {
   std::unique_ptr<InferenceThread> thread;
   // Inference thread only:
   std::unique_ptr<Stepper> stepper;
-  GeneratorSettings generator;
+  DecodeSettings decode;
   std::string runtime = "unconfigured";
   // Jobs started or queued, so teardown can cancel them.
   std::mutex jobsMutex;  // guards jobs
@@ -51,7 +51,7 @@ class TorchModel : public Napi::ObjectWrap<TorchModel> {
   void Hold(Napi::Env env);
   void Settle(Napi::Env env);
   // Posts a task that ends by posting a letter which calls Settle. False once disposing.
-  bool Submit(Napi::Env env, std::function<void()> run, std::function<void()> abandon);
+  bool Submit(Napi::Env env, InferenceThread::Task task);
   void Teardown();
 
   std::shared_ptr<ModelCore> core_;

@@ -28,6 +28,8 @@ export const ErrorCodes = {
   /** Outside the app's lifespan (before start() or after stop()). */
   ERR_NOT_SERVING: 503,
   ERR_NOT_FOUND: 404,
+  /** The path exists, with other methods (see the Allow header). */
+  ERR_METHOD_NOT_ALLOWED: 405,
   ERR_INTERNAL: 500,
 } as const;
 

@@ -38,6 +38,16 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   const logger = options.logger ?? silentLogger;
   const registry = createRegistry();
   const metrics = createHttpMetrics(registry);
+  // Every route's path as a pattern, with its methods: a known path asked with another
+  // method is a 405 with Allow, not a 404.
+  const known: { pattern: RegExp; methods: Set<string> }[] = [];
+  const remember = (method: string, path: string) => {
+    const source = `^${path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:\w+/g, "[^/]+")}$`;
+    let entry = known.find((k) => k.pattern.source === source);
+    if (!entry) known.push((entry = { pattern: new RegExp(source), methods: new Set() }));
+    entry.methods.add(method.toUpperCase());
+    if (method === "get") entry.methods.add("HEAD");
+  };
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
@@ -45,6 +55,8 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   app.use(observeRequests(metrics));
 
   // Registered before the limiter: probes and scrapes are never rate limited (spec §4).
+  remember("get", "/health");
+  remember("get", "/metrics");
   app.get("/health", labelRoute("/health"), (_req, res) => {
     res.json({ status: "ok" });
   });
@@ -63,13 +75,21 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
     metrics,
     logger,
     route(method, path, ...handlers) {
+      remember(method, path);
       app[method](path, ...guarded(path), ...handlers);
     },
     finish(openapi, lifespan) {
+      remember("get", "/openapi.json");
       app.get("/openapi.json", ...guarded("/openapi.json"), (_req, res) => {
         res.json(openapi);
       });
       app.use(...guarded(UNMATCHED_ROUTE), (req, res) => {
+        const allowed = known.find((k) => k.pattern.test(req.path))?.methods;
+        if (allowed) {
+          res.setHeader("Allow", [...allowed].join(", "));
+          sendError(res, new ServingError("ERR_METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${req.path}`));
+          return;
+        }
         sendError(res, new ServingError("ERR_NOT_FOUND", `No route for ${req.method} ${req.path}`));
       });
       app.use(errorHandler(logger));

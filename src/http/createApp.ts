@@ -1,4 +1,4 @@
-/** The text-generation app: POST /generate (batched), POST /generate/stream, and the shell. */
+/** The text-generation app: POST /generate (batched), POST /generate/stream, the playground at GET /, and the shell. */
 import { Batcher } from "../batching/Batcher.js";
 import type { CreateAppOptions, GenerateRequest, ServingApp, TextGenerationEngine } from "../types.js";
 import { createAppShell } from "./appShell.js";
@@ -7,6 +7,7 @@ import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createGenerateMetrics } from "./metrics.js";
 import { generateOpenApi } from "./openapi.js";
+import { mountPlayground } from "./playground/index.js";
 import { generateHandler } from "./generateRoute.js";
 import { streamHandler } from "./streamRoute.js";
 
@@ -39,6 +40,7 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     jsonBody(),
     streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving }),
   );
+  mountPlayground(shell, "text");
 
   return shell.finish(generateOpenApi({ rateLimited: rateLimiter !== null }), {
     async start() {

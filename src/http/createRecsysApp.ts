@@ -1,7 +1,8 @@
 /**
- * The recommendation app: GET /recommend/:user_id?k=, and the shell. It serves from
- * creation (start() is optional, so the app works as a plain Express app); after stop()
- * /recommend answers 503 until start() is called again; stop() waits for calls in flight.
+ * The recommendation app: GET /recommend/:user_id?k=, the playground at GET /, and the
+ * shell. It serves from creation (start() is optional, so the app works as a plain Express
+ * app); after stop() /recommend answers 503 until start() is called again; stop() waits for
+ * calls in flight.
  */
 import { performance } from "node:perf_hooks";
 import type { RequestHandler } from "express";
@@ -12,6 +13,7 @@ import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createRecsysMetrics, type RecsysMetrics } from "./metrics.js";
 import { recsysOpenApi } from "./openapi.js";
+import { mountPlayground } from "./playground/index.js";
 import { parseRecommendRequest } from "./validation.js";
 
 export interface RecsysAppOptions extends CreateRecsysAppOptions {
@@ -27,6 +29,7 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
   let serving = true;
 
   shell.route("get", "/recommend/:user_id", recommendHandler(recommender, metrics, calls, () => serving));
+  mountPlayground(shell, "recsys");
 
   return shell.finish(recsysOpenApi({ rateLimited: rateLimiter !== null }), {
     async start() {

@@ -18,7 +18,10 @@ const DEFAULT_RETRY_AFTER_S = 1;
 export function rateLimitKey(req: Request): string {
   const apiKey = req.get("x-api-key");
   if (apiKey !== undefined && apiKey !== "") return apiKey;
-  return req.ip ?? req.socket.remoteAddress ?? "unknown";
+  const host = req.ip ?? req.socket.remoteAddress ?? "unknown";
+  // A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d; the client's host is a.b.c.d
+  // (one client, one key, whichever socket the server listens on).
+  return host.startsWith("::ffff:") && host.includes(".") ? host.slice("::ffff:".length) : host;
 }
 
 /** Whole seconds, at least 1, from the limiter when it can tell. */

@@ -5,6 +5,7 @@
 import { expect } from "chai";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import type { GenerateRequest, TextGenerationEngine } from "../../src/types.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
 import { createApp } from "../../src/http/createApp.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
@@ -20,15 +21,38 @@ function events(text: string): string[] {
     .map((block) => block.slice("data: ".length));
 }
 
+/**
+ * The real engine, except that a stream whose prompt starts with "hold" pauses after its
+ * second piece until its request is aborted: the tiny model is fast enough to finish 512
+ * tokens before a disconnect is noticed, and this test is about what the disconnect does.
+ */
+function holdingStreams(engine: TorchEngine): TextGenerationEngine {
+  return {
+    generateBatch: (requests) => engine.generateBatch(requests),
+    usage: () => engine.usage(),
+    async *generateStream(request: GenerateRequest, signal?: AbortSignal) {
+      let pieces = 0;
+      for await (const piece of engine.generateStream(request, signal)) {
+        yield piece;
+        if (++pieces === 2 && request.prompt.startsWith("hold") && signal && !signal.aborted) {
+          await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+        }
+      }
+    },
+  };
+}
+
 describe("text-generation app on TorchEngine", function () {
   let engine: TorchEngine;
   let running: Running;
+  const controller = new AbortController();
 
   before(async () => {
     engine = await TorchEngine.load(fixture("tiny-gpt.pt"));
-    running = await serve(createApp(engine, { maxBatchSize: 4, maxWaitMs: 20 }));
+    running = await serve(createApp(holdingStreams(engine), { maxBatchSize: 4, maxWaitMs: 20 }));
   });
   after(async () => {
+    controller.abort(); // a held stream must not keep stop() waiting if its test failed early
     await running.close();
     await engine.dispose();
   });
@@ -67,17 +91,17 @@ describe("text-generation app on TorchEngine", function () {
 
   it("a client that disconnects mid-stream stops the generation", async () => {
     const before = engine.usage().generatedTokens;
-    const controller = new AbortController();
     const response = await postJson(
       running.base,
       "/generate/stream",
-      { prompt: "keep going", max_new_tokens: 512, temperature: 1, seed: 5 },
+      { prompt: "hold on", max_new_tokens: 512, temperature: 1, seed: 5 },
       { signal: controller.signal },
     );
     const reader = response.body!.getReader();
     await readUntil(reader, (text) => events(text).length >= 2);
     controller.abort();
-    // The next request is served, and the abandoned stream did not run to its 512 tokens.
+    // The abort reached the engine: the stream stopped short of its 512 tokens, and the next
+    // request is served.
     const next = await postJson(running.base, "/generate", { prompt: "Hello, world!", max_new_tokens: 16, temperature: 1e-9 });
     expect(((await next.json()) as { text: string }).text).to.equal(bytes.decode(cases[0]!.output_ids));
     expect(engine.usage().generatedTokens - before).to.be.below(512 + 16);

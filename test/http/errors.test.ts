@@ -26,13 +26,30 @@ describe("errors", function () {
     generateStream: async function* () {},
   };
 
-  it("unknown routes and wrong methods are 404 JSON", async () => {
+  it("unknown routes are 404 JSON", async () => {
     running = await serve(createApp(echoEngine, { maxWaitMs: 1 }));
-    for (const [method, path] of [["GET", "/nope"], ["GET", "/generate"], ["DELETE", "/health"], ["POST", "/metrics"]] as const) {
+    for (const [method, path] of [["GET", "/nope"], ["POST", "/generate/other"], ["GET", "/recommend/1"]] as const) {
       const response = await fetch(running.base + path, { method });
       expect(response.status, `${method} ${path}`).to.equal(404);
       expect(response.headers.get("content-type")).to.match(/^application\/json/);
       expect(await response.json()).to.deep.include({ code: "ERR_NOT_FOUND" });
+    }
+  });
+
+  it("a known path asked with another method is 405 JSON with Allow", async () => {
+    running = await serve(createApp(echoEngine, { maxWaitMs: 1 }));
+    for (const [method, path, allow] of [
+      ["GET", "/generate", "POST"],
+      ["PUT", "/generate/stream", "POST"],
+      ["DELETE", "/health", "GET, HEAD"],
+      ["POST", "/metrics", "GET, HEAD"],
+      ["POST", "/openapi.json", "GET, HEAD"],
+    ] as const) {
+      const response = await fetch(running.base + path, { method });
+      expect(response.status, `${method} ${path}`).to.equal(405);
+      expect(response.headers.get("allow"), `${method} ${path}`).to.equal(allow);
+      expect(response.headers.get("content-type")).to.match(/^application\/json/);
+      expect(await response.json()).to.deep.include({ code: "ERR_METHOD_NOT_ALLOWED" });
     }
   });
 

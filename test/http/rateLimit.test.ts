@@ -1,5 +1,6 @@
 /** Spec §4, identical in both apps: first, keyed, never on /health or /metrics, 429 + Retry-After, fail open. */
 import { expect } from "chai";
+import type { AddressInfo } from "node:net";
 import { createApp, createRecsysApp } from "../../src/http/index.js";
 import type { RateLimiter, Recommender, ServingApp } from "../../src/types.js";
 import { BatchEngine } from "../helpers/engines.js";
@@ -73,8 +74,24 @@ for (const target of TARGETS) {
       await start(limiter);
       await (await target.limited(running!.base)).text();
       await (await target.limited(running!.base, { headers: { "X-API-Key": "" } })).text();
-      expect(limiter.keys).to.have.length(2);
-      for (const key of limiter.keys) expect(key).to.match(/^(::ffff:)?127\.0\.0\.1$/);
+      expect(limiter.keys).to.deep.equal(["127.0.0.1", "127.0.0.1"]);
+    });
+
+    it("keys an IPv4 client as its plain address on a dual-stack socket too", async () => {
+      const limiter = new RecordingLimiter();
+      const { app } = target.make(limiter, []);
+      await app.start();
+      const server = app.listen(0); // no host: "::" (dual stack) where IPv6 is available
+      try {
+        await new Promise<void>((resolve) => server.once("listening", () => resolve()));
+        const { port } = server.address() as AddressInfo;
+        await (await target.limited(`http://127.0.0.1:${port}`)).text();
+        expect(limiter.keys).to.deep.equal(["127.0.0.1"]);
+      } finally {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await app.stop();
+      }
     });
 
     it("never consults the limiter for /health and /metrics", async () => {

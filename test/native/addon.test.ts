@@ -3,6 +3,7 @@
  * token for token, alone and in mixed batches, and every failure is a coded, catchable error.
  */
 import { expect } from "chai";
+import { readFileSync } from "node:fs";
 
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
@@ -133,6 +134,44 @@ describe("native addon", function () {
     });
   });
 
+  describe("continuous batching", () => {
+    const golden = goldenFor("tiny-gpt.pt");
+    for (const runtime of ["native", "torchscript"] as const) {
+      it(`every golden case as its own concurrent job still matches the reference (${runtime})`, async () => {
+        const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+        try {
+          const chosen = await model.configure({ contextLength: 64, eosTokenId: 257, runtime, architecture: "gpt", gelu: "tanh" });
+          expect(chosen.runtime).to.equal(runtime);
+          const outs = await Promise.all(golden.cases.map((c) => model.generate([greedy(c)], null).result));
+          expect(outs.map(([o]) => Array.from(o!))).to.deep.equal(golden.cases.map((c) => c.output_ids));
+        } finally {
+          await model.dispose();
+        }
+      });
+    }
+
+    it("a job submitted while another decodes joins it and finishes first (native runtime)", async () => {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      try {
+        await model.configure({ contextLength: 64, eosTokenId: -1, runtime: "native", architecture: "gpt", gelu: "tanh" });
+        let longDone = false;
+        let started!: () => void;
+        const firstToken = new Promise<void>((resolve) => (started = resolve));
+        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: 500, temperature: 1, topK: 0, seed: 1 }], () => started());
+        long.result.then(() => (longDone = true), () => {});
+        await firstToken;
+        const c = golden.cases[0]!;
+        const [short] = await model.generate([greedy(c)], null).result;
+        expect(longDone, "the short job waited for the long one").to.equal(false);
+        expect(Array.from(short!)).to.deep.equal(c.output_ids);
+        const [longOut] = await long.result;
+        expect(longOut!.length).to.equal(500);
+      } finally {
+        await model.dispose();
+      }
+    });
+  });
+
   describe("errors", () => {
     const load = (file: string, device = "cpu") => addon.loadLanguageModel(file, { device, extraFiles: ["config.json"] });
 
@@ -195,6 +234,24 @@ describe("native addon", function () {
   });
 
   describe("lifecycle", () => {
+    it("leaks no handles or threads over load / generate / dispose cycles", async () => {
+      const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1]);
+      const cycle = async () => {
+        const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 2 });
+        // The native runtime, so its compute team (a worker thread at threads: 2) is covered too.
+        const { runtime } = await model.configure({ contextLength: 64, eosTokenId: 257, architecture: "gpt", gelu: "tanh" });
+        expect(runtime).to.equal("native");
+        await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, temperature: 0, topK: 0, seed: -1 }], () => {}).result;
+        await model.dispose();
+      };
+      await cycle(); // libuv's pool and libtorch's own threads start on first use
+      const resourcesBefore = process.getActiveResourcesInfo().length;
+      const threadsBefore = threads();
+      for (let i = 0; i < 10; i++) await cycle();
+      expect(process.getActiveResourcesInfo().length).to.equal(resourcesBefore);
+      expect(threads()).to.equal(threadsBefore);
+    });
+
     it("runs any exported method off the JS thread", async () => {
       const model = await addon.loadModule(fixture("tiny-gpt.pt"), { device: "cpu" });
       try {

@@ -1,0 +1,72 @@
+// The decode loop of a model: prefill of prompts of different lengths, then incremental
+// decode, per-row limits, end-of-sequence and cancellation, and the long-sequence policy of
+// docs/checkpoint.md. On a runtime whose cache slots are addressable (GptStepper) it batches
+// continuously: jobs that arrive while others decode join at the next step in free slots,
+// and each job completes as soon as its own rows are done. Otherwise (ScriptStepper) it runs
+// one job at a time and compacts finished rows out of the cache.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "Generation.h"
+#include "Sampler.h"
+#include "Stepper.h"
+
+namespace tsn {
+
+struct DecodeSettings {
+  int64_t contextLength = 0;
+  int64_t eosTokenId = -1;  // -1: the model has none
+};
+
+// Called on the inference thread for every produced token; may be empty.
+using TokenSink = std::function<void(size_t row, int32_t token)>;
+
+// A job handed to the scheduler.
+struct ScheduledJob {
+  std::shared_ptr<Generation> generation;
+  TokenSink sink;
+  // Called once on the inference thread when every row is done, or the job failed (its
+  // Generation then says why).
+  std::function<void()> complete;
+};
+
+// Jobs waiting to join; returns null when none is waiting.
+using MoreJobs = std::function<std::shared_ptr<ScheduledJob>()>;
+
+class Scheduler {
+ public:
+  Scheduler(Stepper& stepper, const DecodeSettings& settings);
+
+  // Serves `first` and, between steps, the jobs `more` hands over (addressable runtimes
+  // only), until every job taken is complete. Never throws: failures complete their jobs.
+  void Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more);
+
+ private:
+  struct Row {
+    std::shared_ptr<ScheduledJob> job;
+    size_t index = 0;              // row within its job
+    std::vector<int64_t> history;  // the most recent tokens (prompt window, then generated)
+    std::vector<int64_t> feed;     // tokens to feed at the next step
+    int64_t position = 0;          // tokens already in this row's cache
+    SamplingParams params;
+    std::unique_ptr<RowRandom> random;
+  };
+
+  bool Admit(const std::shared_ptr<ScheduledJob>& job);  // false: not enough free slots
+  void Finish(size_t slot);                                // the row in `slot` is done
+  void FailAll(const ErrorInfo& error);
+  void Step();
+
+  Stepper& stepper_;
+  DecodeSettings settings_;
+  int64_t half_;
+  std::vector<std::unique_ptr<Row>> slots_;  // null: free
+  std::vector<std::pair<std::shared_ptr<ScheduledJob>, size_t>> remaining_;  // rows left per job
+};
+
+}  // namespace tsn

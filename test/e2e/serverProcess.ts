@@ -1,0 +1,105 @@
+/** `node dist/src/server.js` (what `npm start` runs) as a child process, read through its JSON log. */
+import { spawn, type ChildProcess } from "node:child_process";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { repoRoot } from "../helpers/fixtures.js";
+
+export const SERVER_ENTRY = join(repoRoot, "dist", "src", "server.js");
+
+/** Every variable the server reads (src/server/config.ts): the test's own environment must not leak in. */
+const SERVER_VARIABLES = [
+  "HOST", "PORT", "RECSYS_PORT", "SERVICE_CKPT", "SERVICE_DEVICE", "SERVICE_THREADS", "SERVICE_RUNTIME", "RECSYS_CKPT", "RECSYS_DEVICE",
+  "RECSYS_LATENCY_BUDGET_MS", "MAX_BATCH_SIZE", "MAX_WAIT_MS", "MAX_QUEUE_SIZE", "RATE_LIMIT_PER_SECOND",
+  "RATE_LIMIT_BURST", "REDIS_URL", "LOG_LEVEL", "SHUTDOWN_TIMEOUT_MS", "TRUST_PROXY",
+];
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export class ServerProcess {
+  readonly child: ChildProcess;
+  readonly log: LogLine[] = [];
+  /** stdout lines that are not JSON (there should be none) and all of stderr. */
+  readonly other: string[] = [];
+  readonly exited: Promise<Exit>;
+  #waiters: { predicate: (line: LogLine) => boolean; resolve: (line: LogLine) => void; reject: (err: Error) => void }[] = [];
+  #exit: Exit | undefined;
+
+  constructor(env: Record<string, string>) {
+    const base = { ...process.env };
+    for (const name of SERVER_VARIABLES) delete base[name];
+    this.child = spawn(process.execPath, [SERVER_ENTRY], {
+      cwd: repoRoot,
+      env: { ...base, HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "0", ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    // A crashed test run must not leave a server behind.
+    const killOnExit = (): void => void this.child.kill("SIGKILL");
+    process.once("exit", killOnExit);
+
+    createInterface({ input: this.child.stdout! }).on("line", (text) => this.#onLine(text));
+    createInterface({ input: this.child.stderr! }).on("line", (text) => this.other.push(text));
+    this.exited = new Promise<Exit>((resolve) => {
+      this.child.once("exit", (code, signal) => {
+        process.off("exit", killOnExit);
+        this.#exit = { code, signal };
+        for (const waiter of this.#waiters.splice(0)) {
+          waiter.reject(new Error(`the server exited (${code ?? signal}) before the log line came.\n${this.transcript()}`));
+        }
+        resolve(this.#exit);
+      });
+    });
+  }
+
+  #onLine(text: string): void {
+    let line: LogLine;
+    try {
+      line = JSON.parse(text) as LogLine;
+    } catch {
+      this.other.push(text);
+      return;
+    }
+    this.log.push(line);
+    this.#waiters = this.#waiters.filter((waiter) => {
+      if (!waiter.predicate(line)) return true;
+      waiter.resolve(line);
+      return false;
+    });
+  }
+
+  /** The first log line (already written or still to come) for which `predicate` holds. */
+  waitForLog(predicate: (line: LogLine) => boolean): Promise<LogLine> {
+    const seen = this.log.find(predicate);
+    if (seen) return Promise.resolve(seen);
+    if (this.#exit) return Promise.reject(new Error(`the server has exited (${this.#exit.code ?? this.#exit.signal}).\n${this.transcript()}`));
+    return new Promise((resolve, reject) => this.#waiters.push({ predicate, resolve, reject }));
+  }
+
+  /** Waits for both apps' "serving" lines; their bound ports give the base URLs. */
+  async ready(): Promise<{ text: string; recsys: string }> {
+    const [text, recsys] = await Promise.all([
+      this.waitForLog((line) => line["app"] === "text" && typeof line["port"] === "number"),
+      this.waitForLog((line) => line["app"] === "recsys" && typeof line["port"] === "number"),
+    ]);
+    return { text: `http://127.0.0.1:${text["port"]}`, recsys: `http://127.0.0.1:${recsys["port"]}` };
+  }
+
+  /** SIGTERM, then the exit; at once if it has exited already. */
+  async stop(): Promise<Exit> {
+    if (!this.#exit) this.child.kill("SIGTERM");
+    return this.exited;
+  }
+
+  /** What the server wrote, for failure messages. */
+  transcript(): string {
+    return [...this.log.map((line) => JSON.stringify(line)), ...this.other].join("\n");
+  }
+}
