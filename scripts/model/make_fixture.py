@@ -132,15 +132,11 @@ def random_gpt(cfg: dict, seed: int):
     return model
 
 
-class NoCacheShapeGPT(gpt.GPT):
-    def cache_shape(self, batch_size: int):   # not exported: absent from the archive
-        return super().cache_shape(batch_size)
-
-
-class BadVersionGPT(gpt.GPT):
-    @torch.jit.export
-    def interface_version(self) -> int:
-        return 99
+# Interface-breaking variants: loaded like gpt.py, so their scripted code records a
+# repo-relative file name (not the absolute path this script was started with).
+fixture_models = _load_relative("scripts/model/fixture_models.py", "fixture_models")
+NoCacheShapeGPT = fixture_models.NoCacheShapeGPT
+BadVersionGPT = fixture_models.BadVersionGPT
 
 
 def _variant(cls, model):

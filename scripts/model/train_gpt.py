@@ -10,12 +10,35 @@ held-out bits/byte on a fixed subset every --eval-every steps; writes a training
 held-out split and exports the serving checkpoint with export_gpt.py.
 
 `--bench N` only times N optimizer steps for the given settings and exits.
+
+Resuming (a continuation phase):
+
+    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/model/train_gpt.py \
+        --resume .cache/brown-gpt.phase2.train.pt --steps 900 --lr 1e-3 --warmup 0 \
+        --min-lr-frac 0.05 --short-frac 0
+
+(the demo model's last phase; models/README.md has the commands of every phase)
+
+loads the model, the AdamW state, the step/token/wall-time counters and the history from a
+training checkpoint and trains `--steps` MORE steps (steps are numbered globally) under a
+new schedule: linear warmup from the learning rate the checkpoint ended at to `--lr` over
+`--warmup` steps, then cosine decay to `--min-lr-frac * --lr` at the phase's last step.
+The architecture comes from the checkpoint (the --n-* flags are ignored). The data order
+and torch RNG of a resumed phase are seeded from (`--seed`, start step), so a phase is
+reproducible from its input checkpoint and its flags. Each phase is recorded in the
+checkpoint's "phases" list (start/end step, tokens, wall time, flags); "tokens" and
+"train_wall_s" are the totals over all phases. SIGTERM (or SIGINT) ends a run after the
+current step: it evaluates the subset, saves the checkpoint at that step and exits without
+the final evaluation or export (so a constant-learning-rate phase can be ended at a time
+chosen while it runs, then decayed by another --resume phase). Do not pass the same path to --resume and
+--ckpt if you want to keep the input checkpoint (the run overwrites --ckpt at each eval).
 """
 
 import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -69,13 +92,16 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "brown-gpt.pt"))
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--bench", type=int, default=0, help="time this many steps and exit")
+    ap.add_argument("--resume", default=None, metavar="PATH",
+                    help="continue from this training checkpoint for --steps more steps")
     return ap.parse_args(argv)
 
 
-def lr_at(step, args):
-    """Linear warmup, then cosine decay to min_lr_frac * lr at the last step."""
+def lr_at(step, args, start_lr=0.0):
+    """Linear warmup (from start_lr; 0 for a fresh run), then cosine decay to
+    min_lr_frac * lr at the last step. `step` counts from the start of the phase."""
     if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
+        return start_lr + (args.lr - start_lr) * (step + 1) / args.warmup
     progress = (step - args.warmup) / max(1, args.steps - args.warmup)
     floor = args.lr * args.min_lr_frac
     return floor + 0.5 * (args.lr - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
@@ -140,30 +166,77 @@ def fmt_time(sec):
     return f"{sec // 3600}:{sec % 3600 // 60:02d}:{sec % 60:02d}"
 
 
+def load_resume(path):
+    """The training checkpoint to continue from, with its counters normalised (checkpoints
+    written before --resume existed have no "tokens"/"train_wall_s"/"phases")."""
+    ck = torch.load(path, map_location="cpu")
+    step = int(ck["step"])
+    prev = ck["args"]
+    final = next((h["final"] for h in reversed(ck["history"]) if "final" in h), None)
+    phases = ck.get("phases")
+    if phases is None:  # a first-run checkpoint: one phase, rebuilt from its args/summary
+        phases = [{"phase": 1, "start_step": 0, "end_step": step,
+                   "tokens": step * prev["batch"] * prev["seq"],
+                   "train_wall_s": final["train_wall_s"] if final else None,
+                   "heldout_bpb": final["heldout_bpb"] if final else None,
+                   "args": prev}]
+    tokens = ck.get("tokens", sum(p["tokens"] for p in phases))
+    wall = ck.get("train_wall_s", sum(p["train_wall_s"] or 0.0 for p in phases))
+    last_lr = ck["optimizer"]["param_groups"][0]["lr"]
+    return ck, step, tokens, wall, phases, last_lr
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+
+    resume = None
+    start_step, prior_tokens, prior_wall, phases, start_lr = 0, 0, 0.0, [], 0.0
+    history = []
+    if args.resume:
+        resume, start_step, prior_tokens, prior_wall, phases, start_lr = load_resume(args.resume)
+        # A resumed phase draws fresh (but reproducible) data: seeded from (seed, start step).
+        torch.manual_seed(args.seed * 1_000_003 + start_step)
+        rng = np.random.default_rng([args.seed, start_step])
+    else:
+        torch.manual_seed(args.seed)
+        rng = np.random.default_rng(args.seed)
 
     splits = brown.load()
     train = np.frombuffer(splits["train"], dtype=np.uint8)
     held = np.frombuffer(splits["heldout"], dtype=np.uint8)
     print(f"data: train {len(train):,} bytes, held-out {len(held):,} bytes", flush=True)
 
-    cfg = GPTConfig(vocab_size=259, block_size=args.block_size, n_layer=args.n_layer,
-                    n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
-                    bias=True, gelu="tanh")
+    if resume is not None:
+        cfg = GPTConfig(**resume["config"])
+    else:
+        cfg = GPTConfig(vocab_size=259, block_size=args.block_size, n_layer=args.n_layer,
+                        n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
+                        bias=True, gelu="tanh")
     model = GPT(cfg)
+    opt = make_optimizer(model, args)
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        # The saved param groups carry the old run's hyperparameters; use this run's.
+        for g, wd in zip(opt.param_groups, (args.weight_decay, 0.0)):
+            g["weight_decay"] = wd
+            g["betas"] = (0.9, args.beta2)
+        args.block_size = cfg.block_size
+        print(f"resumed {args.resume}: step {start_step}, {prior_tokens:,} tokens, "
+              f"{fmt_time(prior_wall)} training wall so far, lr was {start_lr:.2e}", flush=True)
+        history = list(resume["history"])
+        del resume
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    opt = make_optimizer(model, args)
     tokens_per_step = args.batch * args.seq
     short_steps = int(args.short_frac * args.steps) if args.short_seq else 0
     print(f"model: {n_params:,} parameters; {tokens_per_step:,} tokens/step, "
           f"{args.steps} steps = {tokens_per_step * args.steps / 1e6:.1f}M tokens "
           f"({tokens_per_step * args.steps / len(train):.2f} epochs); dtype {args.dtype}, "
-          f"threads {args.threads}; first {short_steps} steps at length {args.short_seq}", flush=True)
+          f"threads {args.threads}; first {short_steps} steps at length {args.short_seq}; "
+          f"lr {start_lr:.2e} -> {args.lr:.2e} over {args.warmup} steps, cosine to "
+          f"{args.lr * args.min_lr_frac:.2e}", flush=True)
 
     def batch(step):
         """(x, y, position offset). Short phase: more, shorter rows at a random offset."""
@@ -178,14 +251,28 @@ def main(argv=None):
         return torch.from_numpy(x), torch.from_numpy(y), offset
 
     total_steps = args.bench or args.steps
-    history = []
+    last_step = start_step + total_steps  # global numbering
     t0 = time.time()
     t_last, tok_last = t0, 0
     eval_time = 0.0
     loss_acc, loss_n = 0.0, 0
+
+    def record(done, wall):
+        """Counters for the checkpoint: totals over all phases, and this phase's entry."""
+        here = {"phase": len(phases) + 1, "start_step": start_step,
+                "end_step": start_step + done, "tokens": done * tokens_per_step,
+                "train_wall_s": wall, "start_lr": start_lr, "args": vars(args)}
+        return {"tokens": prior_tokens + done * tokens_per_step,
+                "train_wall_s": prior_wall + wall, "phases": phases + [here]}
+
+    stop = []  # set by SIGTERM/SIGINT: save at the end of the current step and exit
+    if not args.bench:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: stop.append(signum))
+
     for step in range(total_steps):
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args)
+            g["lr"] = lr_at(step, args, start_lr)
         x, y, offset = batch(step)
         with autocast(args):
             logits = model.training_logits(x, offset)
@@ -199,27 +286,34 @@ def main(argv=None):
         loss_n += 1
 
         done = step + 1
+        gstep = start_step + done
         if done % args.log_every == 0 or done == total_steps:
             now = time.time()
             tps = (done * tokens_per_step - tok_last) / max(1e-9, now - t_last)
             train_time = now - t0 - eval_time
             eta = train_time / done * (total_steps - done)
-            print(f"step {done:5d}/{total_steps}  loss {loss_acc / loss_n:.4f} "
-                  f"({loss_acc / loss_n / math.log(2):.3f} bits/byte)  lr {lr_at(step, args):.2e}  "
+            print(f"step {gstep:5d}/{last_step}  loss {loss_acc / loss_n:.4f} "
+                  f"({loss_acc / loss_n / math.log(2):.3f} bits/byte)  lr {lr_at(step, args, start_lr):.2e}  "
                   f"{tps:,.0f} tok/s  elapsed {fmt_time(now - t0)}  eta {fmt_time(eta)}", flush=True)
             t_last, tok_last = now, done * tokens_per_step
             loss_acc, loss_n = 0.0, 0
         if args.bench:
             continue
-        if done % args.eval_every == 0 or done == total_steps:
+        if gstep % args.eval_every == 0 or done == total_steps or stop:
             te = time.time()
             bpb, _ = heldout_bits_per_byte(model, held, args.seq, args, max_windows=args.eval_windows)
-            history.append({"step": done, "heldout_bpb_subset": bpb, "elapsed_s": te - t0})
-            save_checkpoint(args, model, cfg, opt, done, history)
+            history.append({"step": gstep, "heldout_bpb_subset": bpb,
+                            "elapsed_s": prior_wall + te - t0})
+            save_checkpoint(args, model, cfg, opt, gstep, history, **record(done, te - t0))
             eval_time += time.time() - te
             t_last = time.time()
-            print(f"eval  step {done:5d}  held-out {bpb:.4f} bits/byte (subset of "
+            print(f"eval  step {gstep:5d}  held-out {bpb:.4f} bits/byte (subset of "
                   f"{args.eval_windows} windows)  [{time.time() - te:.1f}s]", flush=True)
+            if stop:
+                print(f"stopped by signal {stop[0]} after step {gstep} ({done} steps, "
+                      f"{done * tokens_per_step:,} tokens, {fmt_time(te - t0)} in this phase); "
+                      f"checkpoint {args.ckpt}; no final evaluation or export", flush=True)
+                return
 
     train_wall = time.time() - t0
     if args.bench:
@@ -231,11 +325,15 @@ def main(argv=None):
     print(f"final held-out: {bpb:.4f} bits/byte over all {nbytes:,} held-out bytes "
           f"(windows of {args.block_size}, stride {args.block_size // 2}) [{time.time() - te:.0f}s]",
           flush=True)
-    summary = {"heldout_bpb": bpb, "heldout_bytes": nbytes, "train_wall_s": train_wall,
-               "steps": args.steps, "tokens": args.steps * tokens_per_step,
-               "parameters": n_params}
-    history.append({"step": args.steps, "final": summary})
-    save_checkpoint(args, model, cfg, opt, args.steps, history)
+    rec = record(args.steps, train_wall)
+    rec["phases"][-1]["heldout_bpb"] = bpb
+    summary = {"heldout_bpb": bpb, "heldout_bytes": nbytes, "train_wall_s": rec["train_wall_s"],
+               "steps": last_step, "tokens": rec["tokens"], "parameters": n_params}
+    if args.resume:
+        summary["phase"] = {"steps": args.steps, "tokens": args.steps * tokens_per_step,
+                            "train_wall_s": train_wall}
+    history.append({"step": last_step, "final": summary})
+    save_checkpoint(args, model, cfg, opt, last_step, history, **rec)
     print("summary: " + json.dumps(summary), flush=True)
 
     if not args.no_export:
@@ -243,11 +341,11 @@ def main(argv=None):
         export_gpt.export_file("trainer", args.ckpt, args.out)
 
 
-def save_checkpoint(args, model, cfg, opt, step, history):
+def save_checkpoint(args, model, cfg, opt, step, history, **counters):
     os.makedirs(os.path.dirname(os.path.abspath(args.ckpt)), exist_ok=True)
     tmp = args.ckpt + ".tmp"
     torch.save({"model": model.state_dict(), "config": cfg.to_dict(), "optimizer": opt.state_dict(),
-                "step": step, "args": vars(args), "history": history}, tmp)
+                "step": step, "args": vars(args), "history": history, **counters}, tmp)
     os.replace(tmp, args.ckpt)
 
 

@@ -8,6 +8,7 @@ import { expect } from "chai";
 import { TorchEngine, createEngineFromEnv } from "../../src/engine/TorchEngine.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
 import type { GenerateRequest } from "../../src/types.js";
+import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
 
 const bytes = new ByteTokenizer();
@@ -19,14 +20,6 @@ const request = (prompt: string, extra: Partial<GenerateRequest> = {}): Generate
   ...extra,
 });
 
-async function rejection(promise: Promise<unknown>): Promise<Error & { code?: string }> {
-  try {
-    await promise;
-  } catch (err) {
-    return err as Error & { code?: string };
-  }
-  throw new Error("expected a rejection");
-}
 
 async function collect(stream: AsyncIterable<string>): Promise<string[]> {
   const pieces: string[] = [];

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
+import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor, type GoldenCase } from "../helpers/fixtures.js";
 
 const greedy = (c: GoldenCase): RawGenerateRow => ({
@@ -17,14 +18,6 @@ const greedy = (c: GoldenCase): RawGenerateRow => ({
   seed: -1,
 });
 
-async function rejection(promise: Promise<unknown>): Promise<Error & { code?: string }> {
-  try {
-    await promise;
-  } catch (err) {
-    return err as Error & { code?: string };
-  }
-  throw new Error("expected a rejection");
-}
 
 describe("native addon", function () {
   let addon: RawAddon;
