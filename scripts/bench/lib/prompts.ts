@@ -1,6 +1,6 @@
 /**
  * The fixed prompt set every generation benchmark sends, in this order, round-robin: plain
- * English of assorted lengths (17 to 212 bytes), so batches mix prefill lengths the way real
+ * English of assorted lengths (2 to 183 bytes), so batches mix prefill lengths the way real
  * traffic does. Generation is greedy (temperature at or below 1e-5 is greedy in both the
  * addon and reference.py), so every server produces the same tokens for the same prompt.
  */
