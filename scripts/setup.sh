@@ -2,16 +2,19 @@
 # Installs what is missing, then builds. Idempotent, and quick when all is in place.
 #   bash scripts/setup.sh          what `npm start` needs (run by `prestart`)
 #   bash scripts/setup.sh --test   also what the test suite needs (run by `pretest`)
+#   bash scripts/setup.sh --bench  also what the HTTP benchmarks need (docs/benchmarks.md)
 # System packages come from Debian/Ubuntu apt, as root (or through passwordless sudo);
 # elsewhere it says what to install and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
+want_bench=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
-    *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 2 ;;
+    --bench) want_bench=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--test] [--bench]" >&2; exit 2 ;;
   esac
 done
 
@@ -24,6 +27,11 @@ say() { printf 'setup: %s\n' "$*"; }
 packages=(libtorch-dev libopenblas0-pthread cmake g++ make)
 if [ "$want_test" = 1 ]; then
   packages+=(python3-torch python3-numpy redis-server prometheus chromium)
+fi
+if [ "$want_bench" = 1 ]; then
+  # wrk drives /recommend; the FastAPI baseline runs on Debian's Python stack (uvloop and
+  # httptools: what `pip install uvicorn[standard]` would give it).
+  packages+=(wrk python3-torch python3-fastapi python3-uvicorn python3-uvloop python3-httptools)
 fi
 
 missing=()
