@@ -6,6 +6,8 @@
  * failing model and a missed latency budget all answer with the most popular items and
  * `fallback: true`; the popular list is read once at load, so the fallback needs no model.
  */
+import { endianness } from "node:os";
+import { performance } from "node:perf_hooks";
 import { Batcher } from "../batching/Batcher.js";
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
@@ -66,9 +68,27 @@ export interface RecommenderConfig {
 }
 
 interface Query {
-  index: number;
-  k: number;
+  readonly index: number;
+  readonly k: number;
+  /** Set when its latency budget ran out: a batch that still holds it skips it. */
+  expired: boolean;
 }
+
+/** A request waiting for its answer under a latency budget. */
+interface Waiter {
+  readonly query: Query;
+  /** performance.now() past which it answers with popular items. */
+  readonly deadline: number;
+  /** Answered (scored, failed or expired): the first of these wins. */
+  done: boolean;
+  expire(): void;
+}
+
+/** int64 ids are read and written through their int32 halves where the host allows it. */
+const LITTLE_ENDIAN = endianness() === "LE";
+
+/** Timers may fire up to a millisecond early against performance.now(). */
+const DEADLINE_SLOP_MS = 1;
 
 const DEFAULTS = { device: "cpu", latencyBudgetMs: 100, maxBatchSize: 64, maxWaitMs: 1, maxQueueSize: 4096, threads: 1 };
 
@@ -88,6 +108,11 @@ export class TorchRecommender implements Recommender {
     fallbacks: { unknown_user: 0, model_error: 0, latency_budget: 0, overloaded: 0 },
   };
   #disposing: Promise<void> | null = null;
+  // Latency budgets: one timer for all requests, not one each. The budget is the same for
+  // every request, so arrival order is deadline order and a FIFO suffices.
+  #waiters: (Waiter | undefined)[] = [];
+  #waitersHead = 0;
+  #budgetTimer: NodeJS.Timeout | null = null;
 
   private constructor(
     module: RawModule,
@@ -199,37 +224,88 @@ export class TorchRecommender implements Recommender {
     const index = this.#userIndex.get(userId);
     if (index === undefined) return this.#fallback(k, "unknown_user");
 
-    const controller = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const budget =
-      this.#latencyBudgetMs === null
-        ? null
-        : new Promise<"budget">((resolve) => {
-            timer = setTimeout(() => {
-              controller.abort(); // still queued: leave the queue; in flight: the result is dropped
-              resolve("budget");
-            }, this.#latencyBudgetMs!);
-          });
-    const scored = this.#batcher.submit({ index, k }, controller.signal);
-    try {
-      const items = await (budget === null ? scored : Promise.race([scored, budget]));
-      if (items === "budget") return this.#fallback(k, "latency_budget");
-      return { items, fallback: false };
-    } catch (err) {
-      if (controller.signal.aborted) return this.#fallback(k, "latency_budget");
-      const code = (err as { code?: unknown } | null)?.code;
-      if (code === "ERR_QUEUE_FULL") return this.#fallback(k, "overloaded");
-      this.#logger?.warn({ err, userId }, "recommender model call failed; answering with popular items");
-      return this.#fallback(k, "model_error");
-    } finally {
-      clearTimeout(timer);
+    const query: Query = { index, k, expired: false };
+    const budget = this.#latencyBudgetMs;
+    if (budget === null) {
+      try {
+        return { items: await this.#batcher.submit(query), fallback: false };
+      } catch (err) {
+        return this.#failed(err, userId, k);
+      }
     }
+    return new Promise<TorchRecommendation>((resolve) => {
+      const waiter: Waiter = {
+        query,
+        deadline: performance.now() + budget,
+        done: false,
+        expire: () => resolve(this.#fallback(k, "latency_budget")),
+      };
+      this.#waiters.push(waiter);
+      if (this.#budgetTimer === null) this.#armBudgetTimer(budget);
+      this.#batcher.submit(query).then(
+        (items) => {
+          if (waiter.done) return; // answered with popular items already; the result is dropped
+          waiter.done = true;
+          resolve({ items, fallback: false });
+        },
+        (err: unknown) => {
+          if (waiter.done) return;
+          waiter.done = true;
+          resolve(this.#failed(err, userId, k));
+        },
+      );
+    });
+  }
+
+  #failed(err: unknown, userId: number, k: number): TorchRecommendation {
+    const code = (err as { code?: unknown } | null)?.code;
+    if (code === "ERR_QUEUE_FULL") return this.#fallback(k, "overloaded");
+    this.#logger?.warn({ err, userId }, "recommender model call failed; answering with popular items");
+    return this.#fallback(k, "model_error");
+  }
+
+  #armBudgetTimer(delayMs: number): void {
+    this.#budgetTimer = setTimeout(() => this.#expireOverdue(), Math.max(0, delayMs));
+  }
+
+  /** Answers every request past its deadline with popular items (a batch still holding one skips it). */
+  #expireOverdue(): void {
+    this.#budgetTimer = null;
+    const now = performance.now();
+    const waiters = this.#waiters;
+    let head = this.#waitersHead;
+    for (; head < waiters.length; head++) {
+      const waiter = waiters[head]!;
+      if (!waiter.done) {
+        if (waiter.deadline > now + DEADLINE_SLOP_MS) break;
+        waiter.done = true;
+        waiter.query.expired = true;
+        waiter.expire();
+      }
+      waiters[head] = undefined;
+    }
+    if (head === waiters.length) {
+      this.#waiters = [];
+      this.#waitersHead = 0;
+      return;
+    }
+    if (head > 1024 && head * 2 > waiters.length) {
+      this.#waiters = waiters.slice(head);
+      head = 0;
+    }
+    this.#waitersHead = head;
+    this.#armBudgetTimer(this.#waiters[head]!.deadline - now);
   }
 
   /** Finishes queued requests, then releases the module. Idempotent. */
   dispose(): Promise<void> {
     this.#disposing ??= (async () => {
       await this.#batcher.stop();
+      // Every request has its answer now; no deadline is left to watch.
+      if (this.#budgetTimer !== null) clearTimeout(this.#budgetTimer);
+      this.#budgetTimer = null;
+      this.#waiters = [];
+      this.#waitersHead = 0;
       await this.#module.dispose();
     })();
     return this.#disposing;
@@ -245,14 +321,21 @@ export class TorchRecommender implements Recommender {
     return { items: this.#popular.slice(0, k), fallback: true, fallbackReason: reason };
   }
 
-  /** One module call for the whole batch, as wide as its largest k (capped at the catalogue). */
-  async #scoreBatch(queries: Query[]): Promise<number[][]> {
+  /** One module call for the batch's live requests, as wide as their largest k (capped at the catalogue). */
+  async #scoreBatch(batch: Query[]): Promise<number[][]> {
+    // Requests whose budget ran out while queued have their answer; they are not scored.
+    const queries = batch.some((q) => q.expired) ? batch.filter((q) => !q.expired) : batch;
+    if (queries.length === 0) return batch.map(() => []);
     const width = Math.min(this.#itemCount, queries.reduce((max, q) => Math.max(max, q.k), 0));
-    const users: RawTensor = {
-      dtype: "int64",
-      shape: [queries.length],
-      data: BigInt64Array.from(queries, (q) => BigInt(q.index)),
-    };
+    // int64 words written as (low, high) int32 pairs: no BigInt per user (little-endian hosts).
+    const data = new BigInt64Array(queries.length);
+    if (LITTLE_ENDIAN) {
+      const words = new Int32Array(data.buffer);
+      queries.forEach((q, row) => (words[2 * row] = q.index));
+    } else {
+      queries.forEach((q, row) => (data[row] = BigInt(q.index)));
+    }
+    const users: RawTensor = { dtype: "int64", shape: [queries.length], data };
     this.#stats.modelCalls++;
     let ids: BigInt64Array;
     try {
@@ -260,13 +343,24 @@ export class TorchRecommender implements Recommender {
     } catch (err) {
       throw asServingError(err, "ERR_INFERENCE");
     }
-    return queries.map((q, row) => {
+    const words = new Int32Array(ids.buffer, ids.byteOffset, ids.length * 2);
+    const rows = queries.map((q, row) => {
       const items: number[] = [];
       const end = row * width + Math.min(q.k, width);
-      // Padding (id -1) only ever trails a row: a user who has seen almost everything.
-      for (let j = row * width; j < end && ids[j]! >= 0n; j++) items.push(Number(ids[j]));
+      for (let j = row * width; j < end; j++) {
+        // Ids are read from their int32 halves (a BigInt per id costs an allocation);
+        // one beyond int32 takes the slow path.
+        const high = words[2 * j + 1]!;
+        const id = LITTLE_ENDIAN && high === 0 ? words[2 * j]! >>> 0 : Number(ids[j]);
+        // Padding (id -1) only ever trails a row: a user who has seen almost everything.
+        if (id < 0) break;
+        items.push(id);
+      }
       return items;
     });
+    if (queries === batch) return rows;
+    let next = 0;
+    return batch.map((q) => (q.expired ? [] : rows[next++]!));
   }
 }
 

@@ -105,6 +105,29 @@ describe("TorchRecommender with an in-process module", () => {
     expect(await rec.recommend(USER_IDS[3]!, 4)).to.deep.equal({ items: expectedTopK(3, 4), fallback: false });
   });
 
+  it("does not score a request whose budget ran out while it was queued", async () => {
+    await open({ latencyBudgetMs: 20, maxBatchSize: 1 });
+    const held = deferred();
+    module.gate = held.promise;
+    const inFlight = rec.recommend(USER_IDS[0]!, 2); // its batch waits at the gate
+    const queued = rec.recommend(USER_IDS[1]!, 2); // waits behind it, past its budget
+    const late = { items: POPULAR_IDS.slice(0, 2), fallback: true, fallbackReason: "latency_budget" };
+    expect(await inFlight).to.deep.equal(late);
+    expect(await queued).to.deep.equal(late);
+    held.resolve();
+    module.gate = null;
+    // The next request is scored at once: the queued one was dropped, not run.
+    expect(await rec.recommend(USER_IDS[2]!, 2)).to.deep.equal({ items: expectedTopK(2, 2), fallback: false });
+    expect(module.recommendBatches).to.deep.equal([1, 1]);
+    expect(rec.stats().fallbacks.latency_budget).to.equal(2);
+  });
+
+  it("answers concurrent requests under a budget, each with its own items", async () => {
+    await open({ latencyBudgetMs: 1000 });
+    const results = await Promise.all(USER_IDS.map((id, index) => rec.recommend(id, 3).then((r) => [index, r] as const)));
+    for (const [index, result] of results) expect(result).to.deep.equal({ items: expectedTopK(index, 3), fallback: false });
+  });
+
   it("falls back when the queue is full", async () => {
     await open({ latencyBudgetMs: null, maxBatchSize: 1, maxQueueSize: 1 });
     const held = deferred();

@@ -6,7 +6,8 @@
 import type { RawModule, RawTensor, RawValue } from "../../src/native/types.js";
 
 export const USER_IDS = [1, 3, 4, 8, 9, 15, 16, 23]; // raw ids with gaps
-export const ITEM_IDS = [10, 20, 35, 40, 70, 71, 90, 120, 300, 301, 555, 1000]; // sparse raw ids
+// Sparse raw ids; two need more than 31 bits (the recommender reads ids through int32 halves).
+export const ITEM_IDS = [10, 20, 35, 40, 70, 71, 90, 120, 300, 301, 3_000_000_000, 5_000_000_000];
 /** Item indices by popularity, most popular first. */
 export const POPULAR_ORDER = [4, 0, 9, 2, 7, 1, 11, 3, 5, 10, 6, 8];
 /** Internal user index -> internal item indices seen. User 7 has seen all but two items. */
