@@ -140,17 +140,23 @@ export class Batcher<I, O> {
 
   /** Dispatches the next batch if it is due, or arms the timer for its deadline. */
   #pump(): void {
-    this.#clearTimer();
-    if (this.#inFlight !== null) return; // re-pumped when the run settles
+    if (this.#inFlight !== null) {
+      this.#clearTimer(); // re-pumped when the run settles
+      return;
+    }
     if (this.#queue.length === 0) {
+      this.#clearTimer();
       if (this.#state === "stopping") this.#finishStop();
       return;
     }
     const waitLeft = this.#queue[0]!.enqueuedAt + this.#maxWaitMs - performance.now();
     const due = this.#state === "stopping" || this.#queue.length >= this.#maxBatchSize || waitLeft <= DEADLINE_SLOP_MS;
     if (due) {
+      this.#clearTimer();
       this.#dispatch();
-    } else {
+    } else if (this.#timer === null) {
+      // An armed timer is kept: it was set for this head (a later head after a cancel only
+      // means an early wake-up, which re-pumps).
       this.#timer = setTimeout(() => {
         this.#timer = null;
         this.#pump();

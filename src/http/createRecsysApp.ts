@@ -55,7 +55,7 @@ function recommendHandler(
     const started = performance.now();
     try {
       const result = await recommender.recommend(userId, k);
-      const items = Array.from(result.items);
+      const items = Array.isArray(result.items) ? result.items : Array.from(result.items);
       const fallback = result.fallback === true;
       if (fallback) metrics.fallbacks.inc();
       res.json({ user_id: userId, items, fallback });

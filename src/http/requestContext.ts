@@ -21,11 +21,11 @@ export function arrivalOf(res: Response): number {
   return typeof at === "number" ? at : performance.now();
 }
 
-/** Marks the request with its route template, for labels (never the raw path). */
-export function labelRoute(route: string): RequestHandler {
-  return (_req, res, next) => {
+/** `handler`, first marking the request with its route template, for labels (never the raw path). */
+export function labelRoute(route: string, handler: RequestHandler): RequestHandler {
+  return (req, res, next) => {
     res.locals[ROUTE] = route;
-    next();
+    return handler(req, res, next);
   };
 }
 
@@ -34,18 +34,15 @@ export function observeRequests(metrics: HttpMetrics): RequestHandler {
   return (req, res, next) => {
     const arrivedAt = performance.now();
     res.locals[ARRIVED_AT] = arrivedAt;
-    let recorded = false;
-    const record = (): void => {
-      if (recorded) return;
-      recorded = true;
+    // "close" comes once per response: after "finish" when it was sent, or when the
+    // connection went first (one listener per request, not two).
+    res.once("close", () => {
       const route = routeOf(res);
       // 499 (nginx's "client closed request"): the client left before any answer.
       const status = res.headersSent ? String(res.statusCode) : "499";
       metrics.requests.inc({ method: req.method, route, status });
       metrics.latency.observe({ route }, (performance.now() - arrivedAt) / 1000);
-    };
-    res.once("finish", record);
-    res.once("close", record);
+    });
     next();
   };
 }
