@@ -162,13 +162,17 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   }
 
   const int count = static_cast<int>(segments_.size());
+  const bool teamed = rows >= kTeamRows;
+  // A team splits the products in pairs of panels; alone, the inference thread takes eight at
+  // a time, which a one-row step streams four panels at once (LinearPanels).
+  chunkPanels_ = teamed ? 2 : 8;
   team_.Run(
       [&](int member) {
         Layers(member, rows);
         // Logits after each row's last token only.
         float* normed = normed_[member].get();
         bool ready = false;
-        team_.Phase(member, Pairs(head_), [&](int pair) {
+        team_.Phase(member, Chunks(head_), [&](int chunk) {
           if (!ready) {
             for (int j = 0; j < count; ++j) {
               const Segment& segment = segments_[j];
@@ -177,14 +181,14 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
             }
             ready = true;
           }
-          LinearPanels(normed, count, embd_, head_, last.get(), vocab_, 2 * pair, std::min(2 * pair + 2, head_.panels()),
-                       Epilogue::Store);
+          const auto [p0, p1] = Columns(head_, chunk);
+          LinearPanels(normed, count, embd_, head_, last.get(), vocab_, p0, p1, Epilogue::Store);
         });
       },
       5 * layers_ + 1,
       // A step of a row or two is over before a team could split it (waking the others and
       // meeting at every phase cost more than the work): the inference thread runs it alone.
-      rows >= kTeamRows ? team_.size() : 1);
+      teamed ? team_.size() : 1);
   float* out = logits.data_ptr<float>();
   for (int j = 0; j < count; ++j) {
     std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last.get() + static_cast<size_t>(j) * vocab_,
@@ -193,7 +197,11 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   return logits;
 }
 
-int GptStepper::Pairs(const PackedLinear& w) { return (w.panels() + 1) / 2; }
+int GptStepper::Chunks(const PackedLinear& w) const { return (w.panels() + chunkPanels_ - 1) / chunkPanels_; }
+
+std::pair<int, int> GptStepper::Columns(const PackedLinear& w, int chunk) const {
+  return {chunkPanels_ * chunk, std::min(chunkPanels_ * (chunk + 1), w.panels())};
+}
 
 void GptStepper::Layers(int member, int rows) {
   const int d = embd_;
@@ -204,19 +212,17 @@ void GptStepper::Layers(int member, int rows) {
   float* hidden = hidden_.get();
   float* normed = normed_[member].get();
   float* scratch = scratch_[member].get();
-  // Chunks of the matrix products are pairs of 16-column panels.
-  auto columns = [&](const PackedLinear& w, int pair) { return std::pair<int, int>{2 * pair, std::min(2 * pair + 2, w.panels())}; };
 
   for (int l = 0; l < layers_; ++l) {
     const Layer& layer = blocks_[l];
     // A member normalises all rows itself before its first chunk: cheaper than a phase.
     bool ready = false;
-    team_.Phase(member, Pairs(layer.qkv), [&](int pair) {
+    team_.Phase(member, Chunks(layer.qkv), [&](int chunk) {
       if (!ready) {
         LayerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
         ready = true;
       }
-      const auto [p0, p1] = columns(layer.qkv, pair);
+      const auto [p0, p1] = Columns(layer.qkv, chunk);
       LinearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
     });
 
@@ -238,23 +244,23 @@ void GptStepper::Layers(int member, int rows) {
                  attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_, d, scratch);
     });
 
-    team_.Phase(member, Pairs(layer.proj), [&](int pair) {
-      const auto [p0, p1] = columns(layer.proj, pair);
+    team_.Phase(member, Chunks(layer.proj), [&](int chunk) {
+      const auto [p0, p1] = Columns(layer.proj, chunk);
       LinearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
     });
 
     ready = false;
-    team_.Phase(member, Pairs(layer.fc), [&](int pair) {
+    team_.Phase(member, Chunks(layer.fc), [&](int chunk) {
       if (!ready) {
         LayerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
         ready = true;
       }
-      const auto [p0, p1] = columns(layer.fc, pair);
+      const auto [p0, p1] = Columns(layer.fc, chunk);
       LinearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
     });
 
-    team_.Phase(member, Pairs(layer.out), [&](int pair) {
-      const auto [p0, p1] = columns(layer.out, pair);
+    team_.Phase(member, Chunks(layer.out), [&](int chunk) {
+      const auto [p0, p1] = Columns(layer.out, chunk);
       LinearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
     });
   }

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "Kernels.h"
@@ -39,7 +40,9 @@ class GptStepper : public Stepper {
 
   // Runs inside team_.Run: 5 phases per layer.
   void Layers(int member, int rows);
-  static int Pairs(const PackedLinear& w);
+  // Chunks of a matrix product (the unit a team member takes): chunkPanels_ 16-column panels.
+  int Chunks(const PackedLinear& w) const;
+  std::pair<int, int> Columns(const PackedLinear& w, int chunk) const;
   float* KeyTiles(int layer, int slot, int head) const;
   float* Values(int layer, int slot, int head) const;
 
@@ -50,6 +53,7 @@ class GptStepper : public Stepper {
   std::vector<Layer> blocks_;
   PackedLinear head_;
   ThreadTeam team_;
+  int chunkPanels_ = 2;
 
   // KV cache: keys [L][slot][H][C'/16][hd][16] (tiles of 16 positions, dim-major), values
   // [L][slot][H][C'][hd]; C' is the context rounded up to 16.
