@@ -29,8 +29,18 @@ const { values: args } = parseArgs({
     rounds: { type: "string", default: "3" },
     "new-tokens": { type: "string", default: "128" },
     quick: { type: "boolean", default: false },
+    help: { type: "boolean", default: false },
   },
 });
+if (args.help) {
+  console.log(`usage: node dist/scripts/bench/engine-decode.js [options]
+  --ckpt PATH        GPT checkpoint (default models/brown-gpt.pt)
+  --threads N        compute threads of every arm (default cores - 1, the server's default)
+  --rounds N         rounds, arms alternating (default 3; --quick 1)
+  --new-tokens N     tokens decoded per row (default 128; --quick 32)
+  --quick            one short round`);
+  process.exit(0);
+}
 const threads = Number(args.threads);
 const rounds = args.quick ? 1 : Number(args.rounds);
 const newTokens = args.quick ? 32 : Number(args["new-tokens"]);

@@ -14,7 +14,25 @@ import json
 import os
 import time
 
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkpoint")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--prefill-len", type=int, default=500)
+    return ap.parse_args()
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if ARGS is not None:
+    # OpenBLAS (the BLAS of Debian's torch) sizes its own thread pool from this variable when
+    # it loads and ignores torch.set_num_threads: without it a "1-thread" baseline, and the
+    # matmul rate, would use every core.
+    os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
 
 import torch  # noqa: E402
 
@@ -46,14 +64,7 @@ def matmul_gflops(n: int = 512, repeats: int = 50) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("checkpoint")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--prompt-len", type=int, default=16)
-    ap.add_argument("--prefill-len", type=int, default=500)
-    args = ap.parse_args()
+    args = ARGS
     torch.set_num_threads(args.threads)
     extra = {"config.json": ""}
     module = torch.jit.load(args.checkpoint, _extra_files=extra)
