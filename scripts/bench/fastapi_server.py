@@ -84,16 +84,7 @@ def generate(ckpt: reference.Checkpoint, prompts: List[List[int]], max_new: List
     dtype = getattr(torch, ckpt.config.get("dtype", "float32"))
     cache = torch.zeros(module.cache_shape(B), dtype=dtype)
     while not all(r.done for r in rows):
-        T = max(len(r.pending) for r in rows if not r.done)
-        idx = torch.full((B, T), pad, dtype=torch.long)
-        pos = torch.zeros(B, dtype=torch.long)
-        lengths = torch.zeros(B, dtype=torch.long)
-        for b, r in enumerate(rows):
-            pos[b] = r.pos
-            if not r.done:
-                idx[b, :len(r.pending)] = torch.tensor(r.pending, dtype=torch.long)
-                lengths[b] = len(r.pending)
-        logits, cache = module(idx, pos, lengths, cache)
+        logits, cache = module(*reference.step_inputs(rows, pad), cache)
         if all_greedy:
             next_ids = reference.greedy(logits).tolist()
         else:

@@ -93,6 +93,22 @@ def truncate_prompt(ids: Sequence[int], max_new_tokens: int, block_size: int) ->
     return list(ids[-keep:]) if len(ids) > keep else list(ids)
 
 
+def step_inputs(rows: Sequence[_Row], pad: int):
+    """(idx, pos, lengths) of one batched forward: each unfinished row's pending tokens,
+    left-aligned and padded to the longest; a finished row has length 0."""
+    B = len(rows)
+    T = max(len(r.pending) for r in rows if not r.done)
+    idx = torch.full((B, T), pad, dtype=torch.long)
+    pos = torch.zeros(B, dtype=torch.long)
+    lengths = torch.zeros(B, dtype=torch.long)
+    for b, r in enumerate(rows):
+        pos[b] = r.pos
+        if not r.done:
+            idx[b, :len(r.pending)] = torch.tensor(r.pending, dtype=torch.long)
+            lengths[b] = len(r.pending)
+    return idx, pos, lengths
+
+
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """argmax per row, ties to the lowest id (stated explicitly, not left to the kernel)."""
     best = logits.max(dim=-1, keepdim=True).values
@@ -161,16 +177,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
     margins = [float("inf")] * B
     first = True
     while not all(r.done for r in rows):
-        T = max(len(r.pending) for r in rows if not r.done)
-        idx = torch.full((B, T), pad, dtype=torch.long)
-        pos = torch.zeros(B, dtype=torch.long)
-        lengths = torch.zeros(B, dtype=torch.long)
-        for b, r in enumerate(rows):
-            pos[b] = r.pos
-            if not r.done:
-                idx[b, :len(r.pending)] = torch.tensor(r.pending, dtype=torch.long)
-                lengths[b] = len(r.pending)
-        logits, cache = module(idx, pos, lengths, cache)
+        logits, cache = module(*step_inputs(rows, pad), cache)
         if first and first_logits is not None:
             first_logits.extend(logits[b].clone() for b in range(B))
         first = False
