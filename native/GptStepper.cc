@@ -162,17 +162,13 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   }
 
   const int count = static_cast<int>(segments_.size());
-  const bool teamed = rows >= kTeamRows;
-  // A team splits the products in pairs of panels; alone, the inference thread takes eight at
-  // a time, which a one-row step streams four panels at once (LinearPanels).
-  chunkPanels_ = teamed ? 2 : 8;
   team_.Run(
       [&](int member) {
         Layers(member, rows);
         // Logits after each row's last token only.
         float* normed = normed_[member].get();
         bool ready = false;
-        team_.Phase(member, Chunks(head_), [&](int chunk) {
+        team_.Phase(member, Chunks(head_, rows), [&](int chunk) {
           if (!ready) {
             for (int j = 0; j < count; ++j) {
               const Segment& segment = segments_[j];
@@ -181,14 +177,14 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
             }
             ready = true;
           }
-          const auto [p0, p1] = Columns(head_, chunk);
+          const auto [p0, p1] = Columns(head_, chunk, rows);
           LinearPanels(normed, count, embd_, head_, last.get(), vocab_, p0, p1, Epilogue::Store);
         });
       },
       5 * layers_ + 1,
       // A step of a row or two is over before a team could split it (waking the others and
       // meeting at every phase cost more than the work): the inference thread runs it alone.
-      teamed ? team_.size() : 1);
+      rows >= kTeamRows ? team_.size() : 1);
   float* out = logits.data_ptr<float>();
   for (int j = 0; j < count; ++j) {
     std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last.get() + static_cast<size_t>(j) * vocab_,
@@ -197,10 +193,16 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   return logits;
 }
 
-int GptStepper::Chunks(const PackedLinear& w) const { return (w.panels() + chunkPanels_ - 1) / chunkPanels_; }
+int GptStepper::ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 8; }
 
-std::pair<int, int> GptStepper::Columns(const PackedLinear& w, int chunk) const {
-  return {chunkPanels_ * chunk, std::min(chunkPanels_ * (chunk + 1), w.panels())};
+int GptStepper::Chunks(const PackedLinear& w, int rows) {
+  const int width = ChunkPanels(rows);
+  return (w.panels() + width - 1) / width;
+}
+
+std::pair<int, int> GptStepper::Columns(const PackedLinear& w, int chunk, int rows) {
+  const int width = ChunkPanels(rows);
+  return {width * chunk, std::min(width * (chunk + 1), w.panels())};
 }
 
 void GptStepper::Layers(int member, int rows) {
@@ -217,12 +219,12 @@ void GptStepper::Layers(int member, int rows) {
     const Layer& layer = blocks_[l];
     // A member normalises all rows itself before its first chunk: cheaper than a phase.
     bool ready = false;
-    team_.Phase(member, Chunks(layer.qkv), [&](int chunk) {
+    team_.Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
       if (!ready) {
         LayerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
         ready = true;
       }
-      const auto [p0, p1] = Columns(layer.qkv, chunk);
+      const auto [p0, p1] = Columns(layer.qkv, chunk, rows);
       LinearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
     });
 
@@ -244,23 +246,23 @@ void GptStepper::Layers(int member, int rows) {
                  attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_, d, scratch);
     });
 
-    team_.Phase(member, Chunks(layer.proj), [&](int chunk) {
-      const auto [p0, p1] = Columns(layer.proj, chunk);
+    team_.Phase(member, Chunks(layer.proj, rows), [&](int chunk) {
+      const auto [p0, p1] = Columns(layer.proj, chunk, rows);
       LinearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
     });
 
     ready = false;
-    team_.Phase(member, Chunks(layer.fc), [&](int chunk) {
+    team_.Phase(member, Chunks(layer.fc, rows), [&](int chunk) {
       if (!ready) {
         LayerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
         ready = true;
       }
-      const auto [p0, p1] = Columns(layer.fc, chunk);
+      const auto [p0, p1] = Columns(layer.fc, chunk, rows);
       LinearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
     });
 
-    team_.Phase(member, Chunks(layer.out), [&](int chunk) {
-      const auto [p0, p1] = Columns(layer.out, chunk);
+    team_.Phase(member, Chunks(layer.out, rows), [&](int chunk) {
+      const auto [p0, p1] = Columns(layer.out, chunk, rows);
       LinearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
     });
   }

@@ -40,9 +40,12 @@ class GptStepper : public Stepper {
 
   // Runs inside team_.Run: 5 phases per layer.
   void Layers(int member, int rows);
-  // Chunks of a matrix product (the unit a team member takes): chunkPanels_ 16-column panels.
-  int Chunks(const PackedLinear& w) const;
-  std::pair<int, int> Columns(const PackedLinear& w, int chunk) const;
+  // Chunks of a matrix product (the unit a team member takes) in a step of `rows` rows: pairs
+  // of 16-column panels when a team splits the step; eight panels when the inference thread
+  // runs it alone, which a one-row step streams four at once (LinearPanels).
+  static int ChunkPanels(int rows);
+  static int Chunks(const PackedLinear& w, int rows);
+  static std::pair<int, int> Columns(const PackedLinear& w, int chunk, int rows);
   float* KeyTiles(int layer, int slot, int head) const;
   float* Values(int layer, int slot, int head) const;
 
@@ -53,7 +56,6 @@ class GptStepper : public Stepper {
   std::vector<Layer> blocks_;
   PackedLinear head_;
   ThreadTeam team_;
-  int chunkPanels_ = 2;
 
   // KV cache: keys [L][slot][H][C'/16][hd][16] (tiles of 16 positions, dim-major), values
   // [L][slot][H][C'][hd]; C' is the context rounded up to 16.

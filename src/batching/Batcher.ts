@@ -39,7 +39,7 @@ interface Pending<I, O> {
 type State = "idle" | "serving" | "stopping";
 
 /** Timers may fire up to a millisecond early against performance.now(); accept that slop. */
-const DEADLINE_SLOP_MS = 1;
+export const DEADLINE_SLOP_MS = 1;
 
 export class Batcher<I, O> {
   readonly #run: (items: I[]) => Promise<O[]>;

@@ -8,7 +8,7 @@
  */
 import { endianness } from "node:os";
 import { performance } from "node:perf_hooks";
-import { Batcher } from "../batching/Batcher.js";
+import { Batcher, DEADLINE_SLOP_MS } from "../batching/Batcher.js";
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
@@ -86,9 +86,6 @@ interface Waiter {
 
 /** int64 ids are read and written through their int32 halves where the host allows it. */
 const LITTLE_ENDIAN = endianness() === "LE";
-
-/** Timers may fire up to a millisecond early against performance.now(). */
-const DEADLINE_SLOP_MS = 1;
 
 const DEFAULTS = { device: "cpu", latencyBudgetMs: 100, maxBatchSize: 64, maxWaitMs: 1, maxQueueSize: 4096, threads: 1 };
 
