@@ -91,22 +91,8 @@ def generate(ckpt: reference.Checkpoint, prompts: List[List[int]], max_new: List
             next_ids = [int(reference.sample(logits[b:b + 1], temperatures[b], top_ks[b], gen)[0])
                         for b in range(B)]
         for b, r in enumerate(rows):
-            if r.done:
-                continue
-            r.pos += len(r.pending)
-            t = next_ids[b]
-            if eos is not None and t == eos:
-                r.done = True
-                continue
-            r.out.append(t)
-            r.history.append(t)
-            if len(r.out) >= r.max_new:
-                r.done = True
-            elif r.pos >= C:
-                r.pending = r.history[-(C // 2):]
-                r.pos = 0
-            else:
-                r.pending = [t]
+            if not r.done:
+                r.advance(next_ids[b], eos, C)
     return [r.out for r in rows]
 
 

@@ -86,6 +86,25 @@ class _Row:
     out: List[int] = field(default_factory=list)
     done: bool = False
 
+    def advance(self, t: int, eos: Optional[int], block_size: int) -> bool:
+        """Takes the token sampled after a step. True when the cache was full and the row
+        slides its window: its recent half is re-prefilled at position 0."""
+        self.pos += len(self.pending)
+        if eos is not None and t == eos:
+            self.done = True
+            return False
+        self.out.append(t)
+        self.history.append(t)
+        if len(self.out) >= self.max_new:
+            self.done = True
+        elif self.pos >= block_size:
+            self.pending = self.history[-(block_size // 2):]
+            self.pos = 0
+            return True
+        else:
+            self.pending = [t]
+        return False
+
 
 def truncate_prompt(ids: Sequence[int], max_new_tokens: int, block_size: int) -> List[int]:
     reserve = min(max_new_tokens, block_size // 2)
@@ -187,22 +206,9 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
         for b, r in enumerate(rows):
             if r.done:
                 continue
-            r.pos += len(r.pending)
             margins[b] = min(margins[b], gaps[b])
-            t = next_ids[b]
-            if eos is not None and t == eos:
-                r.done = True
-                continue
-            r.out.append(t)
-            r.history.append(t)
-            if len(r.out) >= r.max_new:
-                r.done = True
-            elif r.pos >= C:      # cache full: slide by re-prefilling the recent half
-                r.pending = r.history[-(C // 2):]
-                r.pos = 0
+            if r.advance(next_ids[b], eos, C):   # cache full: slid by re-prefilling the recent half
                 reprefills[b] += 1
-            else:
-                r.pending = [t]
     if trace is not None:
         for b, r in enumerate(rows):
             used = r.history[:len(r.history) - len(r.out)]
