@@ -14,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import { median } from "./lib/stats.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const { values: args } = parseArgs({
@@ -65,8 +66,6 @@ async function round(engine: TorchEngine): Promise<Round> {
   );
   return { totalMs: performance.now() - start, firstTokenMs, pieces };
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const runtimes = ["native", "torchscript"] as const;
 const engines = new Map<(typeof runtimes)[number], TorchEngine>();

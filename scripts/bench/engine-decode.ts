@@ -20,6 +20,7 @@ import { parseArgs } from "node:util";
 
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawLanguageModel } from "../../src/native/types.js";
+import { median } from "./lib/stats.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const { values: args } = parseArgs({
@@ -102,8 +103,6 @@ async function ours(runtime: "native" | "torchscript", config: Record<string, un
     await model.dispose();
   }
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const results: { python: ReturnType<typeof python>[]; native: Measurement[]; torchscript: Measurement[] } = {
   python: [],
