@@ -354,7 +354,7 @@ def verify(path: str, source_logits: Callable[[torch.Tensor], torch.Tensor],
     idx = torch.randint(0, V, (2, T + 1), generator=g)
     lengths = torch.tensor([T, max(1, T // 2)])
     ref = source_logits(idx)                                   # [2, T+1, V]
-    cache = torch.zeros(m.cache_shape(2))
+    cache = torch.zeros(m.cache_shape(2), dtype=getattr(torch, cfg.get("dtype", "float32")))
     pad = idx.clone()
     pad[1, lengths[1]:] = 0                                    # padding is ignored
     logits, cache = m(pad[:, :T], torch.zeros(2, dtype=torch.long), lengths, cache)

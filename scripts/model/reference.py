@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import Collection, List, Optional, Sequence, Union
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -86,11 +86,12 @@ class _Row:
     out: List[int] = field(default_factory=list)
     done: bool = False
 
-    def advance(self, t: int, eos: Optional[int], block_size: int) -> bool:
-        """Takes the token sampled after a step. True when the cache was full and the row
-        slides its window: its recent half is re-prefilled at position 0."""
+    def advance(self, t: int, eos: Union[None, int, Collection[int]], block_size: int) -> bool:
+        """Takes the token sampled after a step (`eos`: one end-of-sequence id or several).
+        True when the cache was full and the row slides its window: its recent half is
+        re-prefilled at position 0."""
         self.pos += len(self.pending)
-        if eos is not None and t == eos:
+        if eos is not None and (t == eos if isinstance(eos, int) else t in eos):
             self.done = True
             return False
         self.out.append(t)
@@ -104,6 +105,16 @@ class _Row:
         else:
             self.pending = [t]
         return False
+
+
+def eos_ids(tokenizer: dict) -> List[int]:
+    """The end-of-sequence ids of a config.json tokenizer entry: `eos_token_ids` (a list,
+    Llama 3 / Qwen2 instruct models stop on several) or the single `eos_token_id`."""
+    ids = tokenizer.get("eos_token_ids")
+    if isinstance(ids, list):
+        return [int(i) for i in ids]
+    one = tokenizer.get("eos_token_id")
+    return [] if one is None else [int(one)]
 
 
 def truncate_prompt(ids: Sequence[int], max_new_tokens: int, block_size: int) -> List[int]:
@@ -169,11 +180,13 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
         raise ValueError("max_new_tokens: one per prompt")
     tok = ckpt.tokenizer
     C = ckpt.block_size
-    eos = tok.get("eos_token_id")
+    eos_list = eos_ids(tok)
+    eos = frozenset(eos_list)
+    first_eos = eos_list[0] if eos_list else None
     pad = tok.get("pad_token_id")
-    pad = pad if pad is not None else (eos if eos is not None else 0)
+    pad = pad if pad is not None else (first_eos if first_eos is not None else 0)
     start = tok.get("bos_token_id")
-    start = start if start is not None else eos
+    start = start if start is not None else first_eos
     gen = None
     if seed is not None:
         gen = torch.Generator().manual_seed(seed)
