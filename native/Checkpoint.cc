@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "Device.h"
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 namespace tsn {
@@ -11,7 +12,7 @@ namespace {
 
 void RequireMethod(const torch::jit::Module& module, const std::string& name, const std::string& path) {
   if (!module.find_method(name)) {
-    throw CodedError("ERR_CHECKPOINT_INTERFACE",
+    throw CodedError(ErrorCode::kCheckpointInterface,
                      "Checkpoint " + path + " has no method `" + name +
                          "`: it does not implement the serving interface (see docs/checkpoint.md).");
   }
@@ -26,7 +27,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
 
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    throw CodedError("ERR_CHECKPOINT_NOT_FOUND", "Checkpoint not found: " + path);
+    throw CodedError(ErrorCode::kCheckpointNotFound, "Checkpoint not found: " + path);
   }
 
   // torch fills only the names present in the archive; a sentinel tells them apart.
@@ -37,7 +38,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   try {
     loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(path, loaded.device, extra));
   } catch (const c10::Error& e) {
-    throw CodedError("ERR_CHECKPOINT_INVALID", "Checkpoint " + path +
+    throw CodedError(ErrorCode::kCheckpointInvalid, "Checkpoint " + path +
                                                    " is not a readable TorchScript archive "
                                                    "(corrupt or truncated?): " +
                                                    e.what_without_backtrace());
@@ -55,17 +56,17 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
     try {
       version = loaded.module->run_method("interface_version").toInt();
     } catch (const c10::Error& e) {
-      throw CodedError("ERR_CHECKPOINT_INTERFACE",
+      throw CodedError(ErrorCode::kCheckpointInterface,
                        std::string("interface_version() failed: ") + e.what_without_backtrace());
     }
     if (version != kLanguageModelInterfaceVersion) {
-      throw CodedError("ERR_CHECKPOINT_INTERFACE",
+      throw CodedError(ErrorCode::kCheckpointInterface,
                        "Checkpoint " + path + " implements serving interface version " +
                            std::to_string(version) + "; this server supports version " +
                            std::to_string(kLanguageModelInterfaceVersion) + ".");
     }
     if (!loaded.extraFiles.count("config.json")) {
-      throw CodedError("ERR_CHECKPOINT_INTERFACE",
+      throw CodedError(ErrorCode::kCheckpointInterface,
                        "Checkpoint " + path + " carries no config.json extra file (see docs/checkpoint.md).");
     }
   }

@@ -4,6 +4,7 @@
 
 #include <regex>
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 #ifndef TSN_TORCH_HAS_CUDA
@@ -20,7 +21,7 @@ c10::Device ResolveDevice(const std::string& name) {
   static const std::regex pattern("^(cpu|cuda)(:([0-9]+))?$");
   std::smatch match;
   if (!std::regex_match(name, match, pattern) || (match[1] == "cpu" && match[2].matched)) {
-    throw CodedError("ERR_DEVICE", "Unknown device \"" + name +
+    throw CodedError(ErrorCode::kDevice, "Unknown device \"" + name +
                                        "\": expected \"cpu\", \"cuda\" or \"cuda:N\".");
   }
   if (match[1] == "cpu") return c10::Device(c10::kCPU);
@@ -28,14 +29,14 @@ c10::Device ResolveDevice(const std::string& name) {
   if (!CudaAvailable()) {
     if (!TSN_TORCH_HAS_CUDA) {
       throw CodedError(
-          "ERR_DEVICE",
+          ErrorCode::kDevice,
           "Device \"" + name +
               "\" was requested, but the addon was built against a CPU-only libtorch. "
               "Rebuild it against a CUDA libtorch (LIBTORCH=/path/to/libtorch-cuda or a "
               "CUDA Python torch; see README, GPU hosts) and run `npm run build:native`, "
               "or use SERVICE_DEVICE=cpu.");
     }
-    throw CodedError("ERR_DEVICE", "Device \"" + name +
+    throw CodedError(ErrorCode::kDevice, "Device \"" + name +
                                        "\" was requested, but libtorch sees no CUDA GPU "
                                        "(check the driver and CUDA_VISIBLE_DEVICES), or use "
                                        "SERVICE_DEVICE=cpu.");
@@ -43,7 +44,7 @@ c10::Device ResolveDevice(const std::string& name) {
   const int index = match[3].matched ? std::stoi(match[3].str()) : 0;
   const int count = CudaDeviceCount();
   if (index >= count) {
-    throw CodedError("ERR_DEVICE", "Device \"" + name + "\" does not exist: libtorch sees " +
+    throw CodedError(ErrorCode::kDevice, "Device \"" + name + "\" does not exist: libtorch sees " +
                                        std::to_string(count) + " CUDA device(s).");
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));

@@ -8,7 +8,7 @@
 namespace tsn {
 
 // Parses and checks that this libtorch build and machine can use the device; throws
-// CodedError("ERR_DEVICE") with the fix when not.
+// CodedError(ErrorCode::kDevice) with the fix when not.
 c10::Device ResolveDevice(const std::string& name);
 
 bool CudaAvailable();

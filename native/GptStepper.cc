@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 namespace tsn {
@@ -18,7 +19,7 @@ using Weights = std::map<std::string, at::Tensor>;
 constexpr int kTeamRows = 4;
 
 [[noreturn]] void Mismatch(const std::string& what) {
-  throw CodedError("ERR_CHECKPOINT_INTERFACE", "not the gpt parameter layout for the native runtime: " + what);
+  throw CodedError(ErrorCode::kCheckpointInterface, "not the gpt parameter layout for the native runtime: " + what);
 }
 
 const at::Tensor& Need(const Weights& weights, const std::string& name, std::vector<int64_t> shape) {
@@ -48,8 +49,9 @@ PackedLinear Pack(const Weights& weights, const std::string& prefix, int64_t n, 
 
 }  // namespace
 
-GptStepper::GptStepper(const torch::jit::Module& module, const std::string& gelu, int threads)
-    : team_(threads) {
+GptStepper::GptStepper(const NativeContext& context) : kernels_(context.kernels), team_(context.threads) {
+  const torch::jit::Module& module = context.module;
+  const std::string gelu = context.fields.String("gelu", "tanh");
   if (gelu != "tanh" && gelu != "none") Mismatch("gelu must be \"tanh\" or \"none\"");
   gelu_ = gelu == "tanh" ? Epilogue::GeluTanh : Epilogue::GeluErf;
   Weights weights;
@@ -121,7 +123,7 @@ int64_t GptStepper::SlotBudget() const {
 
 at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
   const int slots = static_cast<int>(idx.size(0));
-  if (slots != slots_) throw CodedError("ERR_INFERENCE", "step batch does not match the cache");
+  if (slots != slots_) throw CodedError(ErrorCode::kInference, "step batch does not match the cache");
   auto tokens = idx.accessor<int64_t, 2>();
   auto positions = pos.accessor<int64_t, 1>();
   auto counts = lengths.accessor<int64_t, 1>();
@@ -132,7 +134,7 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
     if (count <= 0) continue;
     const int position = static_cast<int>(positions[s]);
     if (position < 0 || position + count > context_) {
-      throw CodedError("ERR_INFERENCE", "a row would pass the model's context length");
+      throw CodedError(ErrorCode::kInference, "a row would pass the model's context length");
     }
     segments_.push_back({s, rows, count, position});
     rows += count;
@@ -153,7 +155,7 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
   for (const Segment& segment : segments_) {
     for (int t = 0; t < segment.count; ++t) {
       const int64_t token = tokens[segment.slot][t];
-      if (token < 0 || token >= vocab_) throw CodedError("ERR_INVALID_ARGUMENT", "token id outside the vocabulary");
+      if (token < 0 || token >= vocab_) throw CodedError(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
       const float* te = wte_.data() + token * d;
       const float* pe = wpe_.data() + static_cast<size_t>(segment.position + t) * d;
       float* out = x_.get() + static_cast<size_t>(segment.firstRow + t) * d;
@@ -172,13 +174,13 @@ at::Tensor GptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const 
           if (!ready) {
             for (int j = 0; j < count; ++j) {
               const Segment& segment = segments_[j];
-              LayerNormRows(x_.get() + (segment.firstRow + segment.count - 1) * d, 1, embd_, embd_, lnfGamma_.data(),
+              kernels_.layerNormRows(x_.get() + (segment.firstRow + segment.count - 1) * d, 1, embd_, embd_, lnfGamma_.data(),
                             lnfBeta_.data(), eps_, normed + j * d, embd_);
             }
             ready = true;
           }
           const auto [p0, p1] = Columns(head_, chunk, rows);
-          LinearPanels(normed, count, embd_, head_, last.get(), vocab_, p0, p1, Epilogue::Store);
+          kernels_.linearPanels(normed, count, embd_, head_, last.get(), vocab_, p0, p1, Epilogue::Store);
         });
       },
       5 * layers_ + 1,
@@ -221,11 +223,11 @@ void GptStepper::Layers(int member, int rows) {
     bool ready = false;
     team_.Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
       if (!ready) {
-        LayerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
+        kernels_.layerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
         ready = true;
       }
       const auto [p0, p1] = Columns(layer.qkv, chunk, rows);
-      LinearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
+      kernels_.linearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
     });
 
     team_.Phase(member, static_cast<int>(segments_.size()) * heads_, [&](int task) {
@@ -241,29 +243,29 @@ void GptStepper::Layers(int member, int rows) {
           values[static_cast<size_t>(p) * headDim_ + i] = row[2 * d + h * headDim_ + i];
         }
       }
-      AttendHead(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, segment.count,
+      kernels_.attendHead(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, segment.count,
                  segment.position, keys, values, headDim_, scale,
                  attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_, d, scratch);
     });
 
     team_.Phase(member, Chunks(layer.proj, rows), [&](int chunk) {
       const auto [p0, p1] = Columns(layer.proj, chunk, rows);
-      LinearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
+      kernels_.linearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
     });
 
     ready = false;
     team_.Phase(member, Chunks(layer.fc, rows), [&](int chunk) {
       if (!ready) {
-        LayerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
+        kernels_.layerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
         ready = true;
       }
       const auto [p0, p1] = Columns(layer.fc, chunk, rows);
-      LinearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
+      kernels_.linearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
     });
 
     team_.Phase(member, Chunks(layer.out, rows), [&](int chunk) {
       const auto [p0, p1] = Columns(layer.out, chunk, rows);
-      LinearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
+      kernels_.linearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
     });
   }
 }

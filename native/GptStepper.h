@@ -21,9 +21,9 @@ namespace tsn {
 
 class GptStepper : public Stepper {
  public:
-  // Reads the weights by name from `module`; throws CodedError(ERR_CHECKPOINT_INTERFACE) when
-  // they do not have the gpt layout. gelu: "tanh" or "none" (exact).
-  GptStepper(const torch::jit::Module& module, const std::string& gelu, int threads);
+  // Reads the weights by name from the module; throws CodedError(ERR_CHECKPOINT_INTERFACE) when
+  // they do not have the gpt layout. config.json "gelu": "tanh" (default) or "none" (exact).
+  explicit GptStepper(const NativeContext& context);
 
   void Begin(int64_t batch) override;
   at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
@@ -50,6 +50,7 @@ class GptStepper : public Stepper {
   float* Values(int layer, int slot, int head) const;
 
   int layers_ = 0, heads_ = 0, embd_ = 0, headDim_ = 0, vocab_ = 0, context_ = 0, contextPad_ = 0;
+  const KernelSet& kernels_;
   Epilogue gelu_ = Epilogue::GeluTanh;
   float eps_ = 1e-5f;
   std::vector<float> wte_, wpe_, lnfGamma_, lnfBeta_;

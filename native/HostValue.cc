@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 namespace tsn {
@@ -201,7 +202,7 @@ HostValue FromIValue(const c10::IValue& value) {
     const auto elements = value.isTuple() ? value.toTupleRef().elements().vec() : value.toListRef().vec();
     for (const auto& element : elements) out.items.push_back(FromIValue(element));
   } else {
-    throw CodedError("ERR_INFERENCE", "method returned a value of type " +
+    throw CodedError(ErrorCode::kInference, "method returned a value of type " +
                                           value.type()->str() +
                                           ", which cannot cross to JavaScript");
   }

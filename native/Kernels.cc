@@ -6,6 +6,9 @@
 #include <cstring>
 #include <new>
 
+#include "ErrorCodes.h"
+#include "Errors.h"
+
 #define TSN_INLINE inline __attribute__((always_inline))
 #define TSN_NOINLINE __attribute__((noinline))
 
@@ -33,28 +36,41 @@ namespace tsn {
 
 namespace {
 
-enum class Isa { Avx512, Avx2, Baseline };
-
-Isa DetectIsa() {
+bool HasAvx512() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-    return Isa::Avx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-  return Isa::Baseline;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
-const Isa kIsa = DetectIsa();
+bool HasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+#define TSN_KERNEL_SET(ns) KernelSet{#ns, &ns::LinearPanels, &ns::LayerNormRows, &ns::AttendHead}
+const KernelSet kAvx512 = TSN_KERNEL_SET(avx512);
+const KernelSet kAvx2 = TSN_KERNEL_SET(avx2);
+const KernelSet kBaseline = TSN_KERNEL_SET(baseline);
+#undef TSN_KERNEL_SET
 
 }  // namespace
 
-const char* KernelIsa() {
-  switch (kIsa) {
-    case Isa::Avx512: return "avx512";
-    case Isa::Avx2: return "avx2";
-    default: return "baseline";
+const KernelSet& SelectKernels(const std::string& cap) {
+  if (cap != "auto" && cap != "avx512" && cap != "avx2" && cap != "baseline") {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "kernels must be \"auto\", \"avx512\", \"avx2\" or \"baseline\", got \"" + cap + "\"");
   }
+  if ((cap == "auto" || cap == "avx512") && HasAvx512()) return kAvx512;
+  if (cap != "baseline" && HasAvx2()) return kAvx2;
+  return kBaseline;
+}
+
+std::vector<std::string> SupportedKernelFamilies() {
+  std::vector<std::string> families;
+  if (HasAvx512()) families.push_back("avx512");
+  if (HasAvx2()) families.push_back("avx2");
+  families.push_back("baseline");
+  return families;
 }
 
 void AlignedFloats::Free::operator()(float* p) const { std::free(p); }
@@ -78,28 +94,6 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int n, int k)
     for (int kk = 0; kk < k; ++kk) panel[kk * 16] = weight[static_cast<size_t>(col) * k + kk];
     if (bias) bias_.get()[col] = bias[col];
   }
-}
-
-#define TSN_DISPATCH(call)                     \
-  switch (kIsa) {                              \
-    case Isa::Avx512: return avx512::call;     \
-    case Isa::Avx2: return avx2::call;         \
-    default: return baseline::call;            \
-  }
-
-void LinearPanels(const float* x, int rows, int ldx, const PackedLinear& w, float* y, int ldy, int p0, int p1,
-                  Epilogue epilogue) {
-  TSN_DISPATCH(LinearPanels(x, rows, ldx, w, y, ldy, p0, p1, epilogue))
-}
-
-void LayerNormRows(const float* x, int rows, int ld, int width, const float* gamma, const float* beta, float eps,
-                   float* out, int ldo) {
-  TSN_DISPATCH(LayerNormRows(x, rows, ld, width, gamma, beta, eps, out, ldo))
-}
-
-void AttendHead(const float* q, int ldq, int queries, int first, const float* keyTiles, const float* v, int hd,
-                float scale, float* out, int ldo, float* scratch) {
-  TSN_DISPATCH(AttendHead(q, ldq, queries, first, keyTiles, v, hd, scale, out, ldo, scratch))
 }
 
 }  // namespace tsn

@@ -1,11 +1,13 @@
-// CPU kernels of the native GPT runtime (GptStepper). Plain C++ with GCC vector types,
-// compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at run time, so one binary
-// runs on any x86-64 host at its best width.
+// CPU kernels of the native runtimes. Plain C++ with GCC vector types, compiled for AVX-512,
+// AVX2+FMA and baseline x86-64; a stepper picks one family at configure time (the best the CPU
+// has, or a lower one when SERVICE_KERNELS caps it), so one binary runs on any x86-64 host at
+// its best width and every family can be tested on one machine.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace tsn {
@@ -47,23 +49,34 @@ enum class Epilogue {
   GeluErf,    // Y = gelu_erf(X W^T + b)
 };
 
-// Y[m, 16*p0 .. 16*p1) for m < rows. Only the first `n` columns of Y are written.
-void LinearPanels(const float* x, int rows, int ldx, const PackedLinear& w, float* y, int ldy,
-                  int p0, int p1, Epilogue epilogue);
+// One instruction-set family of the kernels: every copy computes the same functions, so a
+// stepper holds a reference to one set and calls through it.
+struct KernelSet {
+  const char* name;  // "avx512", "avx2" or "baseline"
 
-// out[m] = LayerNorm(x[m]) * gamma + beta over `width` features, for m < rows.
-void LayerNormRows(const float* x, int rows, int ld, int width, const float* gamma, const float* beta,
-                   float eps, float* out, int ldo);
+  // Y[m, 16*p0 .. 16*p1) for m < rows. Only the first `n` columns of Y are written.
+  void (*linearPanels)(const float* x, int rows, int ldx, const PackedLinear& w, float* y, int ldy, int p0, int p1,
+                       Epilogue epilogue);
 
-// Causal attention of one head for `queries` new tokens at positions first..first+queries-1:
-// q[t] (hd floats, stride ldq); keys in tiles of 16 positions, each tile dim-major
-// (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from one
-// contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
-// visible to query t. scratch holds at least first+queries floats rounded up to 16.
-void AttendHead(const float* q, int ldq, int queries, int first, const float* keyTiles,
-                const float* v, int hd, float scale, float* out, int ldo, float* scratch);
+  // out[m] = LayerNorm(x[m]) * gamma + beta over `width` features, for m < rows.
+  void (*layerNormRows)(const float* x, int rows, int ld, int width, const float* gamma, const float* beta,
+                        float eps, float* out, int ldo);
 
-// The instruction set the kernels run with here: "avx512", "avx2" or "baseline".
-const char* KernelIsa();
+  // Causal attention of one head for `queries` new tokens at positions first..first+queries-1:
+  // q[t] (hd floats, stride ldq); keys in tiles of 16 positions, each tile dim-major
+  // (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from one
+  // contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
+  // visible to query t. scratch holds at least first+queries floats rounded up to 16.
+  void (*attendHead)(const float* q, int ldq, int queries, int first, const float* keyTiles, const float* v, int hd,
+                     float scale, float* out, int ldo, float* scratch);
+};
+
+// The best family this CPU runs, capped at `cap`: "auto" (no cap), "avx512", "avx2" or
+// "baseline" (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
+// name throws CodedError(ERR_INVALID_ARGUMENT).
+const KernelSet& SelectKernels(const std::string& cap);
+
+// The families this CPU can run, best first (tests run the native runtime under each).
+std::vector<std::string> SupportedKernelFamilies();
 
 }  // namespace tsn

@@ -1,5 +1,6 @@
 #include "LoadWorker.h"
 
+#include "ErrorCodes.h"
 #include "TorchModel.h"
 
 namespace tsn {
@@ -13,7 +14,7 @@ void LoadWorker::Execute() {
   try {
     loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel);
   } catch (...) {
-    failure_ = CurrentError("ERR_CHECKPOINT_INVALID");
+    failure_ = CurrentError(ErrorCode::kCheckpointInvalid);
     SetError(failure_.message);
   }
 }
@@ -36,7 +37,7 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info, bool languageModel) {
   request.languageModel = languageModel;
   if (info.Length() < 1 || !info[0].IsString()) {
     auto deferred = Napi::Promise::Deferred::New(env);
-    deferred.Reject(MakeError(env, {"ERR_INVALID_ARGUMENT", "the checkpoint path must be a string"}).Value());
+    deferred.Reject(MakeError(env, {ErrorCode::kInvalidArgument, "the checkpoint path must be a string"}).Value());
     return deferred.Promise();
   }
   request.path = info[0].As<Napi::String>().Utf8Value();

@@ -1,7 +1,9 @@
 #include "Runtime.h"
 
 #include <algorithm>
+#include <map>
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 #include "GptStepper.h"
 #include "ScriptStepper.h"
@@ -35,14 +37,33 @@ double Disagreement(Stepper& reference, Stepper& candidate, int64_t context) {
   return worst;
 }
 
+template <typename T>
+std::unique_ptr<Stepper> Make(const NativeContext& context) {
+  return std::make_unique<T>(context);
+}
+
+// Architecture -> native CPU stepper.
+const std::map<std::string, NativeFactory>& Registry() {
+  static const std::map<std::string, NativeFactory> registry = {
+      {"gpt", &Make<GptStepper>},
+  };
+  return registry;
+}
+
 }  // namespace
+
+std::vector<std::string> NativeArchitectures() {
+  std::vector<std::string> names;
+  for (const auto& entry : Registry()) names.push_back(entry.first);
+  return names;
+}
 
 RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& request) {
   if (request.runtime != "auto" && request.runtime != "native" && request.runtime != "torchscript") {
-    throw CodedError("ERR_INVALID_ARGUMENT", "runtime must be \"auto\", \"native\" or \"torchscript\"");
+    throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
   }
   RuntimeChoice choice;
-  auto script = std::make_unique<ScriptStepper>(model.module, model.device, at::kFloat);
+  auto script = std::make_unique<ScriptStepper>(model.module, model.device, request.dtype);
   if (request.runtime == "torchscript") {
     choice.stepper = std::move(script);
     choice.runtime = "torchscript";
@@ -50,18 +71,21 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
   }
 
   std::string reason;
-  if (request.architecture != "gpt") {
+  const auto factory = Registry().find(request.architecture);
+  if (factory == Registry().end()) {
     reason = "architecture \"" + request.architecture + "\" has no native runtime";
   } else if (!model.device.is_cpu()) {
     reason = "the native runtime is CPU-only; " + model.device.str() + " runs the TorchScript forward";
   } else {
     try {
-      auto native = std::make_unique<GptStepper>(*model.module, request.gelu, request.threads);
+      const KernelSet& kernels = SelectKernels(request.kernels);
+      auto native = factory->second(NativeContext{*model.module, request.fields, kernels, request.threads});
       const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
       const double disagreement = Disagreement(*script, *native, context);
       if (disagreement <= 1e-3) {
         choice.stepper = std::move(native);
         choice.runtime = "native";
+        choice.kernels = kernels.name;
         return choice;
       }
       reason = "the native forward disagrees with the checkpoint's (relative logit difference " +
@@ -70,7 +94,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       reason = e.what();
     }
   }
-  if (request.runtime == "native") throw CodedError("ERR_CHECKPOINT_INTERFACE", "runtime \"native\" unavailable: " + reason);
+  if (request.runtime == "native") throw CodedError(ErrorCode::kCheckpointInterface, "runtime \"native\" unavailable: " + reason);
   choice.stepper = std::move(script);
   choice.runtime = "torchscript";
   choice.note = reason;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 namespace tsn {
@@ -34,13 +35,13 @@ std::vector<int64_t> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<S
     int64_t best = 0;
     float peak = -std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < vocab; ++v) {
-      if (std::isnan(row[v])) throw CodedError("ERR_INFERENCE", "the model produced NaN logits");
+      if (std::isnan(row[v])) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
       if (row[v] > peak) {
         peak = row[v];
         best = v;
       }
     }
-    if (!std::isfinite(peak)) throw CodedError("ERR_INFERENCE", "the model produced no finite logit");
+    if (!std::isfinite(peak)) throw CodedError(ErrorCode::kInference, "the model produced no finite logit");
     const SamplingParams& p = params[r];
     if (p.temperature <= kGreedyTemperature) {
       out[r] = best;
@@ -81,7 +82,7 @@ std::vector<int64_t> SampleTokens(const at::Tensor& logitsIn,
   const int64_t vocab = logitsIn.size(1);
   at::Tensor logits = logitsIn.to(at::kFloat);
   if (at::isnan(logits).any().item<bool>()) {
-    throw CodedError("ERR_INFERENCE", "the model produced NaN logits");
+    throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
   }
 
   std::vector<int64_t> out(rows, 0);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ErrorCodes.h"
+
 namespace tsn {
 
 namespace {
@@ -46,7 +48,7 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
       }
       Step();
     } catch (...) {
-      FailAll(CurrentError("ERR_INFERENCE"));
+      FailAll(CurrentError(ErrorCode::kInference));
     }
   }
   try {
@@ -154,7 +156,7 @@ void Scheduler::Step() {
     Generation& generation = *row.job->generation;
     row.position += static_cast<int64_t>(row.feed.size());
     const int64_t token = tokens[i];
-    if (token == settings_.eosTokenId) {
+    if (settings_.IsEos(token)) {
       Finish(s);
       continue;
     }

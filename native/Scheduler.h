@@ -20,7 +20,14 @@ namespace tsn {
 
 struct DecodeSettings {
   int64_t contextLength = 0;
-  int64_t eosTokenId = -1;  // -1: the model has none
+  std::vector<int64_t> eosTokenIds;  // a row ends on any of them; empty: the model has none
+
+  bool IsEos(int64_t token) const {
+    for (int64_t eos : eosTokenIds) {
+      if (token == eos) return true;
+    }
+    return false;
+  }
 };
 
 // Called on the inference thread for every produced token; may be empty.

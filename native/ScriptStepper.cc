@@ -1,5 +1,6 @@
 #include "ScriptStepper.h"
 
+#include "ErrorCodes.h"
 #include "Errors.h"
 
 namespace tsn {
@@ -11,7 +12,7 @@ ScriptStepper::ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::De
 void ScriptStepper::Begin(int64_t batch) {
   const auto shape = module_->run_method("cache_shape", batch).toIntVector();
   if (shape.size() < 3 || shape[2] != batch) {
-    throw CodedError("ERR_CHECKPOINT_INTERFACE",
+    throw CodedError(ErrorCode::kCheckpointInterface,
                      "cache_shape(B) must return a shape whose third dimension is B");
   }
   cache_ = at::zeros(shape, at::TensorOptions().device(device_).dtype(cacheDtype_));
@@ -20,7 +21,7 @@ void ScriptStepper::Begin(int64_t batch) {
 at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
   auto out = module_->forward({idx.to(device_), pos.to(device_), lengths.to(device_), cache_});
   if (!out.isTuple() || out.toTupleRef().elements().size() != 2) {
-    throw CodedError("ERR_CHECKPOINT_INTERFACE", "forward must return (logits, cache)");
+    throw CodedError(ErrorCode::kCheckpointInterface, "forward must return (logits, cache)");
   }
   const auto& elements = out.toTupleRef().elements();
   cache_ = elements[1].toTensor();

@@ -1,12 +1,17 @@
 // One forward step of a causal LM with a KV cache it owns (docs/checkpoint.md):
 // forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
 // call; rows may sit at different positions. Implementations: ScriptStepper (any
-// TorchScript checkpoint) and GptStepper (the native fast path for architecture "gpt").
+// TorchScript checkpoint, any device) and the native CPU steppers that Runtime.cc registers
+// by architecture (GptStepper for "gpt").
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/script.h>
 
 #include <stdexcept>
+
+#include "Kernels.h"
+#include "ModelFields.h"
 
 namespace tsn {
 
@@ -28,6 +33,15 @@ class Stepper {
   virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
   // Frees the cache.
   virtual void End() = 0;
+};
+
+// What a native CPU stepper is built from: the checkpoint's module (weights by name), its
+// config.json fields, the kernel family to compute with and the compute threads.
+struct NativeContext {
+  const torch::jit::Module& module;
+  const ModelFields& fields;
+  const KernelSet& kernels;
+  int threads = 1;
 };
 
 }  // namespace tsn

@@ -3,8 +3,10 @@
 #include <cstring>
 
 #include "AddonData.h"
+#include "ErrorCodes.h"
+#include "ErrorCodes.h"
 #include "HostValue.h"
-#include "Runtime.h"
+#include "JsArgs.h"
 
 namespace tsn {
 
@@ -34,69 +36,6 @@ Napi::Int32Array ToInt32Array(Napi::Env env, const std::vector<int32_t>& values)
   return array;
 }
 
-int64_t IntField(const Napi::Object& object, const char* name, int64_t fallback) {
-  Napi::Value value = object.Get(name);
-  return value.IsNumber() ? value.As<Napi::Number>().Int64Value() : fallback;
-}
-
-std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
-  if (!value.IsArray() || value.As<Napi::Array>().Length() == 0) {
-    throw CodedError("ERR_INVALID_ARGUMENT", "generate() takes a non-empty array of rows");
-  }
-  Napi::Array array = value.As<Napi::Array>();
-  std::vector<GenerateRow> rows;
-  for (uint32_t i = 0; i < array.Length(); ++i) {
-    Napi::Value item = array.Get(i);
-    if (!item.IsObject()) throw CodedError("ERR_INVALID_ARGUMENT", "each row must be an object");
-    Napi::Object row = item.As<Napi::Object>();
-    Napi::Value tokens = row.Get("tokens");
-    if (!tokens.IsTypedArray() || tokens.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-      throw CodedError("ERR_INVALID_ARGUMENT", "row.tokens must be an Int32Array");
-    }
-    Napi::Int32Array ids = tokens.As<Napi::Int32Array>();
-    GenerateRow parsed;
-    parsed.prompt.assign(ids.Data(), ids.Data() + ids.ElementLength());
-    parsed.maxNewTokens = IntField(row, "maxNewTokens", 1);
-    Napi::Value temperature = row.Get("temperature");
-    parsed.temperature = temperature.IsNumber() ? temperature.As<Napi::Number>().DoubleValue() : 1.0;
-    parsed.topK = IntField(row, "topK", 0);
-    parsed.seed = IntField(row, "seed", -1);
-    if (parsed.prompt.empty() || parsed.maxNewTokens < 1 || !(parsed.temperature >= 0) ||
-        parsed.topK < 0) {
-      throw CodedError("ERR_INVALID_ARGUMENT",
-                       "row needs tokens (non-empty), maxNewTokens >= 1, temperature >= 0, topK >= 0");
-    }
-    rows.push_back(std::move(parsed));
-  }
-  return rows;
-}
-
-void Track(ModelCore& core, const std::shared_ptr<Generation>& job, bool running) {
-  std::lock_guard<std::mutex> lock(core.jobsMutex);
-  if (running) {
-    core.jobs.insert(job);
-  } else {
-    core.jobs.erase(job);
-  }
-}
-
-// On the inference thread: serves `first` and the generation jobs queued behind it (they
-// join its decode loop where the runtime allows).
-void ServeJobs(const std::shared_ptr<ModelCore>& core, const std::shared_ptr<ScheduledJob>& first) {
-  Track(*core, first->generation, true);
-  if (!core->stepper) {
-    first->generation->failed = true;
-    first->generation->error = {"ERR_INVALID_ARGUMENT", "configure() the model before generate()"};
-    first->complete();
-    return;
-  }
-  Scheduler(*core->stepper, core->decode).Serve(first, [core] {
-    auto next = std::static_pointer_cast<ScheduledJob>(core->thread->TakeBatchable());
-    if (next) Track(*core, next->generation, true);
-    return next;
-  });
-}
-
 }  // namespace
 
 Napi::Function TorchModel::Define(Napi::Env env) {
@@ -122,10 +61,7 @@ TorchModel::TorchModel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<TorchM
     throw Napi::TypeError::New(env, "TorchModel is created by loadModule() or loadLanguageModel()");
   }
   auto* pending = info[0].As<Napi::External<PendingModel>>().Data();
-  core_ = std::make_shared<ModelCore>();
-  core_->loaded = std::move(pending->loaded);
-  core_->threads = pending->threads;
-  core_->thread = std::make_unique<InferenceThread>(core_->loaded.device, pending->threads);
+  core_ = std::make_shared<ModelCore>(std::move(pending->loaded), pending->threads);
   languageModel_ = pending->languageModel;
   mailbox_ = std::make_shared<Mailbox>(env, "torchserve-node model");
   // At process exit, stop the thread before libtorch is unloaded.
@@ -143,12 +79,9 @@ TorchModel::~TorchModel() {
 }
 
 void TorchModel::Teardown() {
-  if (!core_ || !core_->thread) return;
-  {
-    std::lock_guard<std::mutex> lock(core_->jobsMutex);
-    for (const auto& job : core_->jobs) job->Cancel(-1);
-  }
-  core_->thread->StopAndJoin();
+  if (!core_) return;
+  core_->CancelAll();
+  core_->thread().StopAndJoin();
 }
 
 void TorchModel::Hold(Napi::Env env) {
@@ -164,7 +97,7 @@ void TorchModel::Settle(Napi::Env env) {
 bool TorchModel::Submit(Napi::Env env, InferenceThread::Task task) {
   if (disposing_) return false;
   Hold(env);
-  if (!core_->thread->Post(std::move(task))) {
+  if (!core_->thread().Post(std::move(task))) {
     Settle(env);
     return false;
   }
@@ -177,7 +110,7 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
   std::vector<HostValue> args;
   try {
     if (info.Length() < 1 || !info[0].IsString()) {
-      throw CodedError("ERR_INVALID_ARGUMENT", "run(method, args): method must be a string");
+      throw CodedError(ErrorCode::kInvalidArgument, "run(method, args): method must be a string");
     }
     method = info[0].As<Napi::String>().Utf8Value();
     if (info.Length() > 1 && info[1].IsArray()) {
@@ -185,9 +118,9 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
       for (uint32_t i = 0; i < array.Length(); ++i) args.push_back(FromJs(array.Get(i)));
     }
   } catch (const Napi::Error& e) {
-    return Rejected(env, {"ERR_INVALID_ARGUMENT", e.Message()});
+    return Rejected(env, {ErrorCode::kInvalidArgument, e.Message()});
   } catch (...) {
-    return Rejected(env, CurrentError("ERR_INVALID_ARGUMENT"));
+    return Rejected(env, CurrentError(ErrorCode::kInvalidArgument));
   }
 
   auto deferred = Napi::Promise::Deferred::New(env);
@@ -206,21 +139,21 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
   };
   auto run = [core, method, args, settle] {
     try {
-      auto function = core->loaded.module->find_method(method);
-      if (!function) throw CodedError("ERR_INVALID_ARGUMENT", "the module has no method `" + method + "`");
+      auto function = core->loaded().module->find_method(method);
+      if (!function) throw CodedError(ErrorCode::kInvalidArgument, "the module has no method `" + method + "`");
       const auto& schema = function->function().getSchema();
       std::vector<c10::IValue> stack;
       for (size_t i = 0; i < args.size(); ++i) {
         c10::TypePtr expected = i + 1 < schema.arguments().size() ? schema.arguments()[i + 1].type() : nullptr;
-        stack.push_back(ToIValue(args[i], expected, core->loaded.device));
+        stack.push_back(ToIValue(args[i], expected, core->loaded().device));
       }
       settle(FromIValue((*function)(std::move(stack))), false, {});
     } catch (...) {
-      settle({}, true, CurrentError("ERR_INFERENCE"));
+      settle({}, true, CurrentError(ErrorCode::kInference));
     }
   };
-  auto abandon = [settle] { settle({}, true, {"ERR_DISPOSED", "the model was disposed"}); };
-  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
+  auto abandon = [settle] { settle({}, true, {ErrorCode::kDisposed, "the model was disposed"}); };
+  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {ErrorCode::kDisposed, "the model was disposed"});
   return deferred.Promise();
 }
 
@@ -229,10 +162,10 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   Napi::Object handle = Napi::Object::New(env);
   std::vector<GenerateRow> rows;
   try {
-    if (!languageModel_) throw CodedError("ERR_INVALID_ARGUMENT", "generate() needs a model loaded with loadLanguageModel()");
+    if (!languageModel_) throw CodedError(ErrorCode::kInvalidArgument, "generate() needs a model loaded with loadLanguageModel()");
     rows = ParseRows(info.Length() > 0 ? info[0] : env.Undefined());
   } catch (...) {
-    handle.Set("result", Rejected(env, CurrentError("ERR_INVALID_ARGUMENT")));
+    handle.Set("result", Rejected(env, CurrentError(ErrorCode::kInvalidArgument)));
     handle.Set("cancel", Napi::Function::New(env, [](const Napi::CallbackInfo&) {}));
     return handle;
   }
@@ -281,18 +214,18 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   scheduled->generation = job;
   scheduled->sink = sink;
   scheduled->complete = [core, job, complete] {
-    Track(*core, job, false);
+    core->Track(job, false);
     complete();
   };
-  auto run = [core, scheduled] { ServeJobs(core, scheduled); };
+  auto run = [core, scheduled] { core->Serve(scheduled); };
   auto abandon = [job, complete] {
     job->failed = true;
-    job->error = {"ERR_DISPOSED", "the model was disposed before this generation started"};
+    job->error = {ErrorCode::kDisposed, "the model was disposed before this generation started"};
     complete();
   };
   if (!Submit(env, {run, abandon, scheduled})) {
     job->failed = true;
-    job->error = {"ERR_DISPOSED", "the model was disposed"};
+    job->error = {ErrorCode::kDisposed, "the model was disposed"};
     js->deferred.Reject(MakeError(env, job->error).Value());
     delete js;
   }
@@ -301,74 +234,47 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
 
 Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!languageModel_) {
-    return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure() needs a model loaded with loadLanguageModel()"});
-  }
-  if (info.Length() < 1 || !info[0].IsObject()) {
-    return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure(settings) takes an object"});
-  }
-  Napi::Object settings = info[0].As<Napi::Object>();
   DecodeSettings decode;
-  decode.contextLength = IntField(settings, "contextLength", 0);
-  decode.eosTokenId = IntField(settings, "eosTokenId", -1);
-  if (decode.contextLength < 2) {
-    return Rejected(env, {"ERR_INVALID_ARGUMENT", "configure(): contextLength must be at least 2"});
-  }
-  const int64_t warmupToken = IntField(settings, "warmupToken", 0);
   RuntimeRequest request;
-  auto text = [&](const char* name, const std::string& fallback) {
-    Napi::Value value = settings.Get(name);
-    return value.IsString() ? value.As<Napi::String>().Utf8Value() : fallback;
-  };
-  request.runtime = text("runtime", "auto");
-  request.architecture = text("architecture", "");
-  request.gelu = text("gelu", "tanh");
-  request.threads = std::max(1, core_->threads);
+  int64_t warmupToken = 0;
+  try {
+    if (!languageModel_) throw CodedError(ErrorCode::kInvalidArgument, "configure() needs a model loaded with loadLanguageModel()");
+    if (info.Length() < 1 || !info[0].IsObject()) throw CodedError(ErrorCode::kInvalidArgument, "configure(settings) takes an object");
+    Napi::Object settings = info[0].As<Napi::Object>();
+    decode = ParseDecodeSettings(settings);
+    request = ParseRuntimeRequest(settings, core_->threads());
+    warmupToken = IntField(settings, "warmupToken", 0);
+  } catch (...) {
+    return Rejected(env, CurrentError(ErrorCode::kInvalidArgument));
+  }
 
   auto deferred = Napi::Promise::Deferred::New(env);
   auto core = core_;
   auto mailbox = mailbox_;
   TorchModel* self = this;
-  auto settle = [self, mailbox, deferred](bool failed, ErrorInfo error, std::string runtime, std::string note) {
-    mailbox->Post([self, deferred, failed, error, runtime, note](Napi::Env env) {
+  auto settle = [self, mailbox, deferred](bool failed, ErrorInfo error, ConfigureResult result) {
+    mailbox->Post([self, deferred, failed, error, result](Napi::Env env) {
       if (failed) {
         deferred.Reject(MakeError(env, error).Value());
       } else {
-        Napi::Object result = Napi::Object::New(env);
-        result.Set("runtime", runtime);
-        if (!note.empty()) result.Set("note", note);
-        deferred.Resolve(result);
+        Napi::Object out = Napi::Object::New(env);
+        out.Set("runtime", result.runtime);
+        if (!result.kernels.empty()) out.Set("kernels", result.kernels);
+        if (!result.note.empty()) out.Set("note", result.note);
+        deferred.Resolve(out);
       }
       self->Settle(env);
     });
   };
   auto run = [core, decode, warmupToken, request, settle] {
     try {
-      RuntimeChoice choice = ChooseRuntime(core->loaded, request);
-      core->stepper = std::move(choice.stepper);
-      core->decode = decode;
-      core->runtime = choice.runtime;
-      // The first calls after load are slow (TorchScript profiling runs): pay them now.
-      GenerateRow row;
-      row.prompt.assign(8, warmupToken);
-      row.maxNewTokens = 3;
-      row.temperature = 0;
-      for (int i = 0; i < 2; ++i) {
-        auto warmup = std::make_shared<ScheduledJob>();
-        warmup->generation = std::make_shared<Generation>(std::vector<GenerateRow>{row, row});
-        warmup->complete = [] {};
-        Scheduler(*core->stepper, core->decode).Serve(warmup, nullptr);
-        const Generation& done = *warmup->generation;
-        if (done.failed) throw CodedError(done.error.code, done.error.message);
-      }
-      settle(false, {}, core->runtime, choice.note);
+      settle(false, {}, core->Configure(request, decode, warmupToken));
     } catch (...) {
-      core->stepper.reset();
-      settle(true, CurrentError("ERR_CHECKPOINT_INTERFACE"), "", "");
+      settle(true, CurrentError(ErrorCode::kCheckpointInterface), {});
     }
   };
-  auto abandon = [settle] { settle(true, {"ERR_DISPOSED", "the model was disposed"}, "", ""); };
-  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {"ERR_DISPOSED", "the model was disposed"});
+  auto abandon = [settle] { settle(true, {ErrorCode::kDisposed, "the model was disposed"}, {}); };
+  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {ErrorCode::kDisposed, "the model was disposed"});
   return deferred.Promise();
 }
 
@@ -389,11 +295,9 @@ Napi::Value TorchModel::Dispose(const Napi::CallbackInfo& info) {
   auto core = core_;
   auto mailbox = mailbox_;
   TorchModel* self = this;
-  core_->thread->RequestStop([core, mailbox, self] {
+  core_->thread().RequestStop([core, mailbox, self] {
     mailbox->Post([core, mailbox, self](Napi::Env env) {
-      core->thread->Join();
-      core->stepper.reset();
-      core->loaded.module.reset();
+      core->Release();
       self->disposed_ = true;
       auto waiters = std::move(self->disposeWaiters_);
       self->Settle(env);
@@ -407,12 +311,12 @@ Napi::Value TorchModel::Dispose(const Napi::CallbackInfo& info) {
 Napi::Value TorchModel::ExtraFiles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object files = Napi::Object::New(env);
-  for (const auto& [name, content] : core_->loaded.extraFiles) files.Set(name, content);
+  for (const auto& [name, content] : core_->loaded().extraFiles) files.Set(name, content);
   return files;
 }
 
 Napi::Value TorchModel::Device(const Napi::CallbackInfo& info) {
-  return Napi::String::New(info.Env(), core_->loaded.device.str());
+  return Napi::String::New(info.Env(), core_->loaded().device.str());
 }
 
 }  // namespace tsn

@@ -1,34 +1,18 @@
 // The JavaScript face of a loaded checkpoint. Every blocking libtorch call returns a
-// Promise and runs on the model's own InferenceThread; answers come back through its
-// Mailbox. Raw and internal: src/engine and src/recsys wrap it.
+// Promise and runs on the model's own InferenceThread (ModelCore holds what it works on);
+// answers come back through its Mailbox. Raw and internal: src/engine and src/recsys wrap it.
 #pragma once
 
 #include <napi.h>
 
 #include <memory>
-#include <set>
 
 #include "Checkpoint.h"
-#include "Scheduler.h"
 #include "InferenceThread.h"
 #include "Mailbox.h"
-#include "Stepper.h"
+#include "ModelCore.h"
 
 namespace tsn {
-
-// State the inference thread uses; tasks hold it by shared_ptr.
-struct ModelCore {
-  LoadedModel loaded;
-  int threads = 0;  // intra-op threads asked for at load
-  std::unique_ptr<InferenceThread> thread;
-  // Inference thread only:
-  std::unique_ptr<Stepper> stepper;
-  DecodeSettings decode;
-  std::string runtime = "unconfigured";
-  // Jobs started or queued, so teardown can cancel them.
-  std::mutex jobsMutex;  // guards jobs
-  std::set<std::shared_ptr<Generation>> jobs;
-};
 
 class TorchModel : public Napi::ObjectWrap<TorchModel> {
  public:

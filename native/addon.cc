@@ -4,7 +4,10 @@
 
 #include "AddonData.h"
 #include "Device.h"
+#include "ErrorCodes.h"
+#include "Kernels.h"
 #include "LoadWorker.h"
+#include "Runtime.h"
 #include "TorchModel.h"
 
 namespace tsn {
@@ -15,6 +18,15 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonData>(data);
 
   exports.Set("torchVersion", Napi::String::New(env, TORCH_VERSION));
+  Napi::Array codes = Napi::Array::New(env);
+  for (const char* code : ErrorCode::kAll) codes.Set(codes.Length(), code);
+  exports.Set("errorCodes", codes);
+  Napi::Array families = Napi::Array::New(env);
+  for (const auto& family : SupportedKernelFamilies()) families.Set(families.Length(), family);
+  exports.Set("kernelFamilies", families);
+  Napi::Array architectures = Napi::Array::New(env);
+  for (const auto& name : NativeArchitectures()) architectures.Set(architectures.Length(), name);
+  exports.Set("nativeArchitectures", architectures);
   exports.Set("cudaAvailable", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(info.Env(), CudaAvailable());
   }));

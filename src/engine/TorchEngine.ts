@@ -7,7 +7,8 @@ import { availableParallelism } from "node:os";
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
-import type { RawGenerateRow, RawLanguageModel } from "../native/types.js";
+import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel } from "../native/types.js";
+import { readEngineEnv } from "../server/config.js";
 import type { EngineUsage, GenerateRequest, TextGenerationEngine } from "../types.js";
 import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
@@ -29,6 +30,12 @@ export interface TorchEngineOptions {
    * matches the checkpoint's TorchScript (checked at load), else the TorchScript forward.
    */
   runtime?: "auto" | "native" | "torchscript";
+  /**
+   * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
+   * has), "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
+   * and for testing every family on one machine.
+   */
+  kernels?: KernelFamilyCap;
 }
 
 export class TorchEngine implements TextGenerationEngine {
@@ -43,6 +50,8 @@ export class TorchEngine implements TextGenerationEngine {
     readonly runtime: "native" | "torchscript",
     /** Why "auto" chose "torchscript", when it did. */
     readonly runtimeNote: string | undefined,
+    /** The kernel family of the native runtime; undefined on TorchScript. */
+    readonly kernels: KernelFamily | undefined,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -56,15 +65,17 @@ export class TorchEngine implements TextGenerationEngine {
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
-      const { runtime, note } = await model.configure({
+      const { runtime, kernels, note } = await model.configure({
         contextLength: config.contextLength,
-        eosTokenId: config.tokenizer.eosTokenId ?? -1,
+        eosTokenIds: config.tokenizer.eosTokenId === null ? [] : [config.tokenizer.eosTokenId],
         warmupToken: tokenizer.encode("a")[0] ?? 0,
         runtime: options.runtime ?? "auto",
         architecture: config.architecture,
-        gelu: typeof config.raw.gelu === "string" ? config.raw.gelu : "tanh",
+        kernels: options.kernels ?? "auto",
+        dtype: checkpointDtype(config),
+        modelConfig: config.raw,
       });
-      return new TorchEngine(model, config, tokenizer, runtime, note);
+      return new TorchEngine(model, config, tokenizer, runtime, note, kernels);
     } catch (err) {
       await model.dispose();
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -220,6 +231,12 @@ export class TorchEngine implements TextGenerationEngine {
   }
 }
 
+function checkpointDtype(config: ModelConfig): "float32" | "bfloat16" | "float16" {
+  const dtype = config.raw.dtype ?? "float32";
+  if (dtype === "float32" || dtype === "bfloat16" || dtype === "float16") return dtype;
+  throw new ServingError("ERR_CHECKPOINT_INTERFACE", `config.json: "dtype" must be "float32", "bfloat16" or "float16", got ${JSON.stringify(dtype)}`);
+}
+
 /**
  * The machine's cores minus one, which is left to the event loop; at least 1, at most 8
  * (decode steps of the models served here are too small to split further with profit).
@@ -229,30 +246,20 @@ export function defaultThreads(): number {
 }
 
 /**
- * Builds the engine from the environment: SERVICE_CKPT (required), SERVICE_DEVICE (default
- * "cpu"), SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
- * (default "auto").
+ * Builds the engine from the environment, read by the server's one reader
+ * (src/server/config.ts): SERVICE_CKPT (required), SERVICE_DEVICE (default "cpu"),
+ * SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
+ * (default "auto"), SERVICE_KERNELS (default "auto").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
-  const checkpoint = env.SERVICE_CKPT?.trim();
-  if (!checkpoint) {
+  const settings = readEngineEnv(env);
+  if (!settings.checkpoint) {
     throw new ServingError(
       "ERR_CONFIG",
       "SERVICE_CKPT is not set: point it at a language-model checkpoint (.pt, see docs/checkpoint.md), " +
         "for example SERVICE_CKPT=models/brown-gpt.pt",
     );
   }
-  const device = env.SERVICE_DEVICE?.trim() || "cpu";
-  let threads: number | undefined;
-  if (env.SERVICE_THREADS?.trim()) {
-    threads = Number(env.SERVICE_THREADS);
-    if (!Number.isInteger(threads) || threads < 1) {
-      throw new ServingError("ERR_CONFIG", `SERVICE_THREADS must be a positive integer, got "${env.SERVICE_THREADS}"`);
-    }
-  }
-  const runtime = env.SERVICE_RUNTIME?.trim() || "auto";
-  if (runtime !== "auto" && runtime !== "native" && runtime !== "torchscript") {
-    throw new ServingError("ERR_CONFIG", `SERVICE_RUNTIME must be "auto", "native" or "torchscript", got "${runtime}"`);
-  }
-  return TorchEngine.load(checkpoint, { device, threads, runtime });
+  const { checkpoint, device, threads, runtime, kernels } = settings;
+  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels });
 }

@@ -54,7 +54,7 @@ export interface RawGeneration {
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */
 export interface RawLanguageModel extends RawModule {
   /** Chooses the runtime for the checkpoint and warms it up; call once before generate(). */
-  configure(settings: RawLanguageModelSettings): Promise<{ runtime: "native" | "torchscript"; note?: string }>;
+  configure(settings: RawLanguageModelSettings): Promise<RawRuntimeChoice>;
   /** Queues a job on the model's inference thread. `onTokens` receives (row, token) pairs. */
   generate(rows: RawGenerateRow[], onTokens: ((pairs: Int32Array) => void) | null): RawGeneration;
 }
@@ -62,19 +62,45 @@ export interface RawLanguageModel extends RawModule {
 export interface RawLanguageModelSettings {
   /** Positions the cache holds (config.json block_size). */
   contextLength: number;
-  /** -1 when the model has no end-of-sequence token. */
-  eosTokenId: number;
+  /** A row ends on any of these; empty or absent when the model has none. */
+  eosTokenIds?: number[];
+  /** The older one-id form; -1 for none. */
+  eosTokenId?: number;
   /** A token id to warm the model up with. */
   warmupToken?: number;
-  /** "auto" (default): native for a CPU "gpt" whose native forward matches its TorchScript. */
+  /** "auto" (default): native where the architecture has a native CPU runtime whose forward matches the TorchScript. */
   runtime?: "auto" | "native" | "torchscript";
-  /** config.json "architecture" and "gelu", for the native runtime. */
+  /** config.json "architecture": picks the native runtime from the addon's registry. */
   architecture?: string;
+  /** Highest kernel family the native runtime may use (SERVICE_KERNELS); default "auto". */
+  kernels?: KernelFamilyCap;
+  /** The checkpoint's dtype (its TorchScript cache); default "float32". */
+  dtype?: "float32" | "bfloat16" | "float16";
+  /** config.json's scalar fields (nested objects one level down), for the native runtime. */
+  modelConfig?: Record<string, unknown>;
+  /** The older form of modelConfig.gelu. */
   gelu?: string;
+}
+
+export type KernelFamily = "avx512" | "avx2" | "baseline";
+export type KernelFamilyCap = "auto" | KernelFamily;
+
+export interface RawRuntimeChoice {
+  runtime: "native" | "torchscript";
+  /** The kernel family of the native runtime. */
+  kernels?: KernelFamily;
+  /** Why "auto" did not choose the native runtime, when it did not. */
+  note?: string;
 }
 
 export interface RawAddon {
   readonly torchVersion: string;
+  /** Every error code the addon raises (native/ErrorCodes.h); each is in src/errors.ts. */
+  readonly errorCodes: readonly string[];
+  /** Kernel families this CPU can run, best first. */
+  readonly kernelFamilies: readonly KernelFamily[];
+  /** Architectures with a native CPU runtime. */
+  readonly nativeArchitectures: readonly string[];
   cudaAvailable(): boolean;
   cudaDeviceCount(): number;
   loadModule(path: string, options: RawLoadOptions): Promise<RawModule>;

@@ -13,6 +13,7 @@ import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { RawAddon, RawModule, RawTensor, RawValue } from "../native/types.js";
+import { readRecommenderEnv } from "../server/config.js";
 import type { Recommendation, Recommender } from "../types.js";
 
 export const RECOMMENDER_FORMAT = "torchserve-node/recommender";
@@ -361,20 +362,23 @@ export class TorchRecommender implements Recommender {
   }
 }
 
-/** Builds a recommender from RECSYS_CKPT (required) and RECSYS_DEVICE (default "cpu"). */
+/**
+ * Builds a recommender from the environment, read by the server's one reader
+ * (src/server/config.ts): RECSYS_CKPT (required), RECSYS_DEVICE (default "cpu"),
+ * RECSYS_LATENCY_BUDGET_MS (default 100).
+ */
 export async function createRecommenderFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   options: Omit<TorchRecommenderOptions, "device"> = {},
 ): Promise<TorchRecommender> {
-  const path = env.RECSYS_CKPT?.trim();
+  const { checkpoint: path, device, latencyBudgetMs } = readRecommenderEnv(env);
   if (!path) {
     throw new ServingError(
       "ERR_CONFIG",
       "RECSYS_CKPT is not set: point it at a recommender checkpoint (for example models/recsys-demo.pt)",
     );
   }
-  const device = env.RECSYS_DEVICE?.trim() || DEFAULTS.device;
-  return TorchRecommender.load(path, { ...options, device });
+  return TorchRecommender.load(path, { latencyBudgetMs, ...options, device });
 }
 
 function interfaceError(message: string): ServingError {

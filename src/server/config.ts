@@ -1,8 +1,37 @@
 /**
- * The server's settings, from the environment, each checked with an error naming the
- * variable. README "Configuration" lists them all.
+ * The one reader of the environment: every documented variable is parsed and checked here,
+ * with an error naming the variable, and nowhere else. The server entry (readServerConfig)
+ * and the `*FromEnv` factories (readEngineEnv, readRecommenderEnv) all read through it, so a
+ * variable means the same everywhere. README "Configuration" lists them all.
  */
 import { ServingError } from "../errors.js";
+
+export type RuntimeChoice = "auto" | "native" | "torchscript";
+export type KernelsCap = "auto" | "avx512" | "avx2" | "baseline";
+
+/** The language model's variables. */
+export interface EngineEnv {
+  /** SERVICE_CKPT; undefined when unset. */
+  checkpoint: string | undefined;
+  /** SERVICE_DEVICE: "cpu" (default), "cuda" or "cuda:N". */
+  device: string;
+  /** SERVICE_THREADS; undefined: the engine's default. */
+  threads: number | undefined;
+  /** SERVICE_RUNTIME: "auto" (default), "native" or "torchscript". */
+  runtime: RuntimeChoice;
+  /** SERVICE_KERNELS: the highest kernel family the native runtime may use; "auto" (default). */
+  kernels: KernelsCap;
+}
+
+/** The recommender's variables. */
+export interface RecommenderEnv {
+  /** RECSYS_CKPT; undefined when unset. */
+  checkpoint: string | undefined;
+  /** RECSYS_DEVICE, default "cpu". */
+  device: string;
+  /** RECSYS_LATENCY_BUDGET_MS, default 100. */
+  latencyBudgetMs: number;
+}
 
 export interface ServerConfig {
   host: string;
@@ -12,6 +41,8 @@ export interface ServerConfig {
   serviceCkpt: string | undefined;
   serviceDevice: string;
   serviceThreads: number | undefined;
+  serviceRuntime: RuntimeChoice;
+  serviceKernels: KernelsCap;
   recsysCkpt: string | undefined;
   recsysDevice: string;
   recsysLatencyBudgetMs: number;
@@ -59,17 +90,48 @@ const positiveInt = (n: number) => Number.isInteger(n) && n >= 1;
 const positive = (n: number) => n > 0;
 const nonNegative = (n: number) => n >= 0;
 
+function oneOf<T extends string>(env: NodeJS.ProcessEnv, name: string, choices: readonly T[], fallback: T): T {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  if (!(choices as readonly string[]).includes(raw)) {
+    throw new ServingError("ERR_CONFIG", `${name} must be ${choices.map((c) => `"${c}"`).join(", ")}, got "${raw}"`);
+  }
+  return raw as T;
+}
+
+export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
+  return {
+    checkpoint: text(env, "SERVICE_CKPT"),
+    device: text(env, "SERVICE_DEVICE") ?? "cpu",
+    threads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
+    runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
+    kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512", "avx2", "baseline"] as const, "auto"),
+  };
+}
+
+export function readRecommenderEnv(env: NodeJS.ProcessEnv = process.env): RecommenderEnv {
+  return {
+    checkpoint: text(env, "RECSYS_CKPT"),
+    device: text(env, "RECSYS_DEVICE") ?? "cpu",
+    latencyBudgetMs: number(env, "RECSYS_LATENCY_BUDGET_MS", 100, positive, "a positive number of milliseconds"),
+  };
+}
+
 export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const engine = readEngineEnv(env);
+  const recommender = readRecommenderEnv(env);
   const config: ServerConfig = {
     host: text(env, "HOST") ?? "0.0.0.0",
     port: number(env, "PORT", 8000, port, "a port number (0-65535)"),
     recsysPort: number(env, "RECSYS_PORT", 8001, port, "a port number (0-65535)"),
-    serviceCkpt: text(env, "SERVICE_CKPT"),
-    serviceDevice: text(env, "SERVICE_DEVICE") ?? "cpu",
-    serviceThreads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
-    recsysCkpt: text(env, "RECSYS_CKPT"),
-    recsysDevice: text(env, "RECSYS_DEVICE") ?? "cpu",
-    recsysLatencyBudgetMs: number(env, "RECSYS_LATENCY_BUDGET_MS", 100, positive, "a positive number of milliseconds"),
+    serviceCkpt: engine.checkpoint,
+    serviceDevice: engine.device,
+    serviceThreads: engine.threads,
+    serviceRuntime: engine.runtime,
+    serviceKernels: engine.kernels,
+    recsysCkpt: recommender.checkpoint,
+    recsysDevice: recommender.device,
+    recsysLatencyBudgetMs: recommender.latencyBudgetMs,
     maxBatchSize: number(env, "MAX_BATCH_SIZE", 8, positiveInt, "a positive integer"),
     maxWaitMs: number(env, "MAX_WAIT_MS", 5, nonNegative, "a number of milliseconds >= 0"),
     maxQueueSize: number(env, "MAX_QUEUE_SIZE", 1024, positiveInt, "a positive integer"),

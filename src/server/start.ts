@@ -72,7 +72,12 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   if (!config.recsysCkpt) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
 
   const loads = await Promise.allSettled([
-    TorchEngine.load(textCkpt, { device: config.serviceDevice, threads: config.serviceThreads }),
+    TorchEngine.load(textCkpt, {
+      device: config.serviceDevice,
+      threads: config.serviceThreads,
+      runtime: config.serviceRuntime,
+      kernels: config.serviceKernels,
+    }),
     TorchRecommender.load(recsysCkpt, {
       device: config.recsysDevice,
       latencyBudgetMs: config.recsysLatencyBudgetMs,
@@ -86,8 +91,15 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   const engine = loads[0].value;
   const recommender = loads[1].value;
   logger.info(
-    { checkpoint: textCkpt, device: engine.device, runtime: engine.runtime, contextLength: engine.config.contextLength },
-    "language model loaded",
+    {
+      checkpoint: textCkpt,
+      device: engine.device,
+      runtime: engine.runtime,
+      kernels: engine.kernels,
+      runtimeNote: engine.runtimeNote,
+      contextLength: engine.config.contextLength,
+    },
+    `language model loaded (runtime ${engine.runtime}${engine.kernels ? `, ${engine.kernels} kernels` : ""})`,
   );
 
   const limiter = limiterFrom(config);

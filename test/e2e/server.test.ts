@@ -9,6 +9,7 @@ import { existsSync } from "node:fs";
 import { connect } from "node:net";
 import { expect } from "chai";
 import { DEMO_MODELS } from "../../src/server/start.js";
+import { fixture } from "../helpers/fixtures.js";
 import { postJson, readUntil } from "../helpers/http.js";
 import { eventually, parseExposition, scrape, valueOf } from "../helpers/metrics.js";
 import { englishVerdict } from "./english.js";
@@ -248,6 +249,33 @@ describe("end to end: node dist/src/server.js", function () {
       } finally {
         await server.stop();
       }
+    });
+  });
+
+  describe("engine variables", function () {
+    it("SERVICE_RUNTIME and SERVICE_KERNELS reach the engine, as the startup log shows", async () => {
+      const server = new ServerProcess({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "torchscript" });
+      try {
+        const loaded = await server.waitForLog((line) => line.msg.startsWith("language model loaded"));
+        expect(loaded["runtime"], server.transcript()).to.equal("torchscript");
+        await server.ready();
+      } finally {
+        await server.stop();
+      }
+      const capped = new ServerProcess({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "baseline" });
+      try {
+        const loaded = await capped.waitForLog((line) => line.msg.startsWith("language model loaded"));
+        expect(loaded, capped.transcript()).to.deep.include({ runtime: "native", kernels: "baseline" });
+      } finally {
+        await capped.stop();
+      }
+    });
+
+    it("an invalid SERVICE_RUNTIME exits 2 naming the variable", async () => {
+      const server = new ServerProcess({ SERVICE_RUNTIME: "fast" });
+      const exit = await server.exited;
+      expect(exit, server.transcript()).to.deep.equal({ code: 2, signal: null });
+      expect(server.other.join("\n")).to.include("SERVICE_RUNTIME");
     });
   });
 

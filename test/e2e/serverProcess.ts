@@ -8,7 +8,7 @@ export const SERVER_ENTRY = join(repoRoot, "dist", "src", "server.js");
 
 /** Every variable the server reads (src/server/config.ts): the test's own environment must not leak in. */
 const SERVER_VARIABLES = [
-  "HOST", "PORT", "RECSYS_PORT", "SERVICE_CKPT", "SERVICE_DEVICE", "SERVICE_THREADS", "SERVICE_RUNTIME", "RECSYS_CKPT", "RECSYS_DEVICE",
+  "HOST", "PORT", "RECSYS_PORT", "SERVICE_CKPT", "SERVICE_DEVICE", "SERVICE_THREADS", "SERVICE_RUNTIME", "SERVICE_KERNELS", "RECSYS_CKPT", "RECSYS_DEVICE",
   "RECSYS_LATENCY_BUDGET_MS", "MAX_BATCH_SIZE", "MAX_WAIT_MS", "MAX_QUEUE_SIZE", "RATE_LIMIT_PER_SECOND",
   "RATE_LIMIT_BURST", "REDIS_URL", "LOG_LEVEL", "SHUTDOWN_TIMEOUT_MS", "TRUST_PROXY",
 ];

@@ -7,6 +7,8 @@ import { expect } from "chai";
 
 import { TorchEngine, createEngineFromEnv } from "../../src/engine/TorchEngine.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
+import { loadAddon } from "../../src/native/binding.js";
+import type { KernelFamily } from "../../src/native/types.js";
 import type { GenerateRequest } from "../../src/types.js";
 import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
@@ -27,19 +29,30 @@ async function collect(stream: AsyncIterable<string>): Promise<string[]> {
   return pieces;
 }
 
-for (const runtime of ["native", "torchscript"] as const) {
-  describe(`TorchEngine (${runtime} runtime)`, function () {
+// The native runtime under every kernel family this CPU can run (SERVICE_KERNELS caps the
+// family), so the AVX2 and baseline kernels that hosts without AVX-512 use are tested here too;
+// then the TorchScript runtime. Demanding "native" makes the load-time check against the
+// checkpoint's TorchScript forward (relative logit difference at most 1e-3) a hard failure.
+const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [
+  ...loadAddon().kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })),
+  { runtime: "torchscript" },
+];
+
+for (const { runtime, kernels } of arms) {
+  const label = kernels ? `${runtime} runtime, ${kernels} kernels` : `${runtime} runtime`;
+  describe(`TorchEngine (${label})`, function () {
     const golden = goldenFor("tiny-gpt.pt");
     const textCases = golden.cases.filter((c) => c.prompt !== null);
     let engine: TorchEngine;
 
     before(async () => {
-      engine = await TorchEngine.load(fixture("tiny-gpt.pt"), { runtime, threads: 2 });
+      engine = await TorchEngine.load(fixture("tiny-gpt.pt"), { runtime, threads: 2, kernels: kernels ?? "auto" });
     });
     after(() => engine.dispose());
 
-    it(`runs on the ${runtime} runtime`, () => {
+    it(`runs on the ${label}`, () => {
       expect(engine.runtime).to.equal(runtime);
+      expect(engine.kernels).to.equal(kernels);
       expect(engine.device).to.equal("cpu");
       expect(engine.config.contextLength).to.equal(64);
     });
@@ -249,5 +262,24 @@ describe("createEngineFromEnv", () => {
     expect(runtime.code).to.equal("ERR_CONFIG");
     const threads = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_THREADS: "two" }));
     expect(threads.message).to.include("SERVICE_THREADS");
+  });
+
+  it("caps the native kernel family with SERVICE_KERNELS", async () => {
+    const capped = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "baseline" });
+    try {
+      expect(capped.runtime).to.equal("native");
+      expect(capped.kernels).to.equal("baseline");
+    } finally {
+      await capped.dispose();
+    }
+    const best = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
+    try {
+      expect(best.kernels).to.equal(loadAddon().kernelFamilies[0]);
+    } finally {
+      await best.dispose();
+    }
+    const bad = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "sse" }));
+    expect(bad.code).to.equal("ERR_CONFIG");
+    expect(bad.message).to.include("SERVICE_KERNELS");
   });
 });

@@ -31,6 +31,32 @@ describe("native addon", function () {
     expect(addon.cudaDeviceCount()).to.be.a("number");
   });
 
+  it("offers every kernel family the CPU can run, so the suite exercises each", () => {
+    // /proc/cpuinfo is the independent witness: a detection bug must not quietly drop a family.
+    const flags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
+    const expected = [
+      ...(["avx512f", "avx512dq", "avx512bw", "avx512vl"].every((f) => flags.has(f)) ? ["avx512"] : []),
+      ...(flags.has("avx2") && flags.has("fma") ? ["avx2"] : []),
+      "baseline",
+    ];
+    expect(addon.kernelFamilies).to.deep.equal(expected);
+    expect(addon.nativeArchitectures).to.include("gpt");
+  });
+
+  it("rejects an unknown kernel family or dtype at configure", async () => {
+    const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+    try {
+      const kernels = await rejection(model.configure({ contextLength: 64, kernels: "sse" as never }));
+      expect(kernels.code).to.equal("ERR_INVALID_ARGUMENT");
+      expect(kernels.message).to.include("kernels");
+      const dtype = await rejection(model.configure({ contextLength: 64, dtype: "int8" as never }));
+      expect(dtype.code).to.equal("ERR_INVALID_ARGUMENT");
+      expect(dtype.message).to.include("dtype");
+    } finally {
+      await model.dispose();
+    }
+  });
+
   for (const name of ["tiny-gpt.pt", "tiny-gpt-eos.pt", "tiny-gpt-hf.pt"]) {
     describe(name, () => {
       const golden = goldenFor(name);

@@ -200,6 +200,9 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
     return {
       loads,
       torchVersion: "fake",
+      errorCodes: [],
+      kernelFamilies: ["baseline"],
+      nativeArchitectures: [],
       cudaAvailable: () => false,
       cudaDeviceCount: () => 0,
       async loadModule(path, options) {

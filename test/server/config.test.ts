@@ -1,7 +1,11 @@
 /** The server's environment: defaults, and an error naming each bad variable. */
 import { expect } from "chai";
 
-import { readServerConfig } from "../../src/server/config.js";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { readEngineEnv, readRecommenderEnv, readServerConfig } from "../../src/server/config.js";
+import { repoRoot } from "../helpers/fixtures.js";
 
 describe("readServerConfig", () => {
   it("has the documented defaults", () => {
@@ -12,6 +16,8 @@ describe("readServerConfig", () => {
       recsysPort: 8001,
       serviceCkpt: undefined,
       serviceDevice: "cpu",
+      serviceRuntime: "auto",
+      serviceKernels: "auto",
       recsysDevice: "cpu",
       maxBatchSize: 8,
       maxWaitMs: 5,
@@ -27,12 +33,13 @@ describe("readServerConfig", () => {
   it("reads every variable", () => {
     const config = readServerConfig({
       HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",
-      SERVICE_THREADS: "3", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
+      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
       MAX_WAIT_MS: "2.5", MAX_QUEUE_SIZE: "10", RATE_LIMIT_PER_SECOND: "5", RATE_LIMIT_BURST: "20",
       REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
     });
     expect(config).to.deep.include({
       host: "127.0.0.1", port: 0, recsysPort: 9001, serviceCkpt: "a.pt", serviceDevice: "cuda:1", serviceThreads: 3,
+      serviceRuntime: "torchscript", serviceKernels: "avx2",
       recsysCkpt: "b.pt", recsysLatencyBudgetMs: 50, maxBatchSize: 32, maxWaitMs: 2.5, maxQueueSize: 10,
       rateLimitPerSecond: 5, rateLimitBurst: 20, redisUrl: "redis://127.0.0.1:6379", logLevel: "debug",
       shutdownTimeoutMs: 1000, trustProxy: 1,
@@ -44,11 +51,31 @@ describe("readServerConfig", () => {
   it("names the variable that is wrong", () => {
     const bad: Record<string, string> = {
       PORT: "http", RECSYS_PORT: "70000", MAX_BATCH_SIZE: "0", MAX_WAIT_MS: "-1", MAX_QUEUE_SIZE: "1.5",
-      SERVICE_THREADS: "many", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
+      SERVICE_THREADS: "many", SERVICE_RUNTIME: "fast", SERVICE_KERNELS: "sse", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
     };
     for (const [name, value] of Object.entries(bad)) {
       expect(() => readServerConfig({ [name]: value }), name).to.throw(name).with.property("code", "ERR_CONFIG");
     }
     expect(() => readServerConfig({ RATE_LIMIT_BURST: "5" })).to.throw(/RATE_LIMIT_PER_SECOND/);
+  });
+
+  it("the factories read the same variables the same way", () => {
+    const env = { SERVICE_CKPT: "a.pt", SERVICE_RUNTIME: "native", SERVICE_KERNELS: "baseline", SERVICE_THREADS: "2", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "20" };
+    const server = readServerConfig(env);
+    expect(readEngineEnv(env)).to.deep.equal({ checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline" });
+    expect(readEngineEnv(env)).to.deep.equal({
+      checkpoint: server.serviceCkpt, device: server.serviceDevice, threads: server.serviceThreads,
+      runtime: server.serviceRuntime, kernels: server.serviceKernels,
+    });
+    expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });
+  });
+
+  it("every variable the reader reads is in the README's configuration table", () => {
+    const source = readFileSync(join(repoRoot, "src", "server", "config.ts"), "utf8");
+    const read = [...source.matchAll(/\((?:env, )"([A-Z][A-Z0-9_]+)"/g)].map((m) => m[1]!);
+    expect(read).to.include.members(["SERVICE_CKPT", "SERVICE_RUNTIME", "SERVICE_KERNELS", "PORT"]);
+    const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+    const table = readme.slice(readme.indexOf("## Configuration"), readme.indexOf("\n## ", readme.indexOf("## Configuration") + 5));
+    for (const name of new Set(read)) expect(table, name).to.include(`\`${name}\``);
   });
 });

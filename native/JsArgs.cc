@@ -1,0 +1,122 @@
+#include "JsArgs.h"
+
+#include <algorithm>
+
+#include "ErrorCodes.h"
+#include "Errors.h"
+#include "Kernels.h"
+
+namespace tsn {
+
+namespace {
+
+std::string TextField(const Napi::Object& object, const char* name, const std::string& fallback) {
+  Napi::Value value = object.Get(name);
+  return value.IsString() ? value.As<Napi::String>().Utf8Value() : fallback;
+}
+
+c10::ScalarType ParseDtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw CodedError(ErrorCode::kInvalidArgument,
+                   "dtype must be \"float32\", \"bfloat16\" or \"float16\", got \"" + name + "\"");
+}
+
+// config.json's scalars; nested objects (rope_scaling) one level down, as "outer.inner".
+void AddFields(const Napi::Object& object, const std::string& prefix, int depth, ModelFields& fields) {
+  Napi::Array names = object.GetPropertyNames();
+  for (uint32_t i = 0; i < names.Length(); ++i) {
+    const std::string name = names.Get(i).As<Napi::String>().Utf8Value();
+    Napi::Value value = object.Get(name);
+    if (value.IsNumber()) {
+      fields.numbers[prefix + name] = value.As<Napi::Number>().DoubleValue();
+    } else if (value.IsBoolean()) {
+      fields.numbers[prefix + name] = value.As<Napi::Boolean>().Value() ? 1.0 : 0.0;
+    } else if (value.IsString()) {
+      fields.strings[prefix + name] = value.As<Napi::String>().Utf8Value();
+    } else if (value.IsObject() && !value.IsArray() && depth < 1) {
+      AddFields(value.As<Napi::Object>(), prefix + name + ".", depth + 1, fields);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t IntField(const Napi::Object& object, const char* name, int64_t fallback) {
+  Napi::Value value = object.Get(name);
+  return value.IsNumber() ? value.As<Napi::Number>().Int64Value() : fallback;
+}
+
+std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
+  if (!value.IsArray() || value.As<Napi::Array>().Length() == 0) {
+    throw CodedError(ErrorCode::kInvalidArgument, "generate() takes a non-empty array of rows");
+  }
+  Napi::Array array = value.As<Napi::Array>();
+  std::vector<GenerateRow> rows;
+  for (uint32_t i = 0; i < array.Length(); ++i) {
+    Napi::Value item = array.Get(i);
+    if (!item.IsObject()) throw CodedError(ErrorCode::kInvalidArgument, "each row must be an object");
+    Napi::Object row = item.As<Napi::Object>();
+    Napi::Value tokens = row.Get("tokens");
+    if (!tokens.IsTypedArray() || tokens.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw CodedError(ErrorCode::kInvalidArgument, "row.tokens must be an Int32Array");
+    }
+    Napi::Int32Array ids = tokens.As<Napi::Int32Array>();
+    GenerateRow parsed;
+    parsed.prompt.assign(ids.Data(), ids.Data() + ids.ElementLength());
+    parsed.maxNewTokens = IntField(row, "maxNewTokens", 1);
+    Napi::Value temperature = row.Get("temperature");
+    parsed.temperature = temperature.IsNumber() ? temperature.As<Napi::Number>().DoubleValue() : 1.0;
+    parsed.topK = IntField(row, "topK", 0);
+    parsed.seed = IntField(row, "seed", -1);
+    if (parsed.prompt.empty() || parsed.maxNewTokens < 1 || !(parsed.temperature >= 0) || parsed.topK < 0) {
+      throw CodedError(ErrorCode::kInvalidArgument,
+                       "row needs tokens (non-empty), maxNewTokens >= 1, temperature >= 0, topK >= 0");
+    }
+    rows.push_back(std::move(parsed));
+  }
+  return rows;
+}
+
+DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
+  DecodeSettings decode;
+  decode.contextLength = IntField(settings, "contextLength", 0);
+  if (decode.contextLength < 2) {
+    throw CodedError(ErrorCode::kInvalidArgument, "configure(): contextLength must be at least 2");
+  }
+  Napi::Value list = settings.Get("eosTokenIds");
+  if (list.IsArray()) {
+    Napi::Array ids = list.As<Napi::Array>();
+    for (uint32_t i = 0; i < ids.Length(); ++i) {
+      Napi::Value id = ids.Get(i);
+      if (!id.IsNumber() || id.As<Napi::Number>().Int64Value() < 0) {
+        throw CodedError(ErrorCode::kInvalidArgument, "configure(): eosTokenIds must hold token ids >= 0");
+      }
+      decode.eosTokenIds.push_back(id.As<Napi::Number>().Int64Value());
+    }
+  }
+  const int64_t single = IntField(settings, "eosTokenId", -1);  // the older, one-id form
+  if (single >= 0 && !decode.IsEos(single)) decode.eosTokenIds.push_back(single);
+  return decode;
+}
+
+RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
+  RuntimeRequest request;
+  request.runtime = TextField(settings, "runtime", "auto");
+  if (request.runtime != "auto" && request.runtime != "native" && request.runtime != "torchscript") {
+    throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
+  }
+  request.architecture = TextField(settings, "architecture", "");
+  request.kernels = TextField(settings, "kernels", "auto");
+  SelectKernels(request.kernels);  // an unknown family is the caller's mistake, not a fallback
+  request.dtype = ParseDtype(TextField(settings, "dtype", "float32"));
+  Napi::Value fields = settings.Get("modelConfig");
+  if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
+  // The older form: gelu next to architecture.
+  if (!request.fields.Has("gelu")) request.fields.strings["gelu"] = TextField(settings, "gelu", "tanh");
+  request.threads = std::max(1, threads);
+  return request;
+}
+
+}  // namespace tsn
