@@ -67,7 +67,7 @@ export class TorchEngine implements TextGenerationEngine {
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
       const { runtime, kernels, note } = await model.configure({
         contextLength: config.contextLength,
-        eosTokenIds: config.tokenizer.eosTokenId === null ? [] : [config.tokenizer.eosTokenId],
+        eosTokenIds: config.tokenizer.eosTokenIds,
         warmupToken: tokenizer.encode("a")[0] ?? 0,
         runtime: options.runtime ?? "auto",
         architecture: config.architecture,
@@ -128,7 +128,8 @@ export class TorchEngine implements TextGenerationEngine {
 
   async generateBatch(requests: readonly GenerateRequest[]): Promise<string[]> {
     if (requests.length === 0) return [];
-    const generation = this.model.generate(requests.map((request) => this.row(request)), null);
+    const rows = requests.map((request) => this.row(request));
+    const generation = this.model.generate(rows, null);
     // A request whose client went away stops at the next step; the others go on.
     const detach = requests.map((request, index) => {
       const signal = request.signal;
@@ -140,9 +141,9 @@ export class TorchEngine implements TextGenerationEngine {
     });
     try {
       const outputs = await generation.result;
-      return outputs.map((ids) => {
+      return outputs.map((ids, index) => {
         this.counts.generatedTokens += ids.length;
-        return this.tokenizer.decode(Array.from(ids));
+        return this.tokenizer.decode(Array.from(ids), Array.from(rows[index]!.tokens));
       });
     } catch (err) {
       throw asServingError(err, "ERR_INFERENCE");
@@ -154,7 +155,8 @@ export class TorchEngine implements TextGenerationEngine {
   async *generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string> {
     const abortSignal = signal ?? request.signal;
     if (abortSignal?.aborted) return;
-    const decoder = this.tokenizer.streamDecoder();
+    const row = this.row(request);
+    const decoder = this.tokenizer.streamDecoder(Array.from(row.tokens));
     const pieces: string[] = [];
     let head = 0;
     let finished = false;
@@ -173,7 +175,7 @@ export class TorchEngine implements TextGenerationEngine {
       finished = true;
       notify();
     };
-    const generation = this.model.generate([this.row(request)], (pairs) => {
+    const generation = this.model.generate([row], (pairs) => {
       try {
         for (let i = 1; i < pairs.length; i += 2) {
           this.counts.generatedTokens += 1;
