@@ -121,6 +121,10 @@ def llama_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch
     D, H, KV, I = spec["hidden"], spec["heads"], spec["kv"], spec["inter"]
     hd = D // H
     qwen = spec["arch"] == "Qwen2ForCausalLM"
+    # Tied heads score the residual against the embeddings: with the layers' outputs as
+    # small as the embedding, greedy would just repeat the last token. Larger output
+    # projections make the continuations depend on the context.
+    out_gain = 4.0 if spec["tied"] else 1.0
     sd = {"model.embed_tokens.weight": _randn(g, vocab, D, std=1.0)}
     for i in range(spec["layers"]):
         p = f"model.layers.{i}."
@@ -130,10 +134,10 @@ def llama_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch
             sd[f"{p}self_attn.{name}_proj.weight"] = _randn(g, rows, D, std=D ** -0.5)
             if qwen:
                 sd[f"{p}self_attn.{name}_proj.bias"] = _randn(g, rows, std=0.3)
-        sd[p + "self_attn.o_proj.weight"] = _randn(g, D, H * hd, std=(H * hd) ** -0.5)
+        sd[p + "self_attn.o_proj.weight"] = _randn(g, D, H * hd, std=out_gain * (H * hd) ** -0.5)
         sd[p + "mlp.gate_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
         sd[p + "mlp.up_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
-        sd[p + "mlp.down_proj.weight"] = _randn(g, D, I, std=I ** -0.5)
+        sd[p + "mlp.down_proj.weight"] = _randn(g, D, I, std=out_gain * I ** -0.5)
     sd["model.norm.weight"] = 1.0 + _randn(g, D, std=0.1)
     if not spec["tied"]:
         sd["lm_head.weight"] = _randn(g, vocab, D, std=0.5)

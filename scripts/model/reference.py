@@ -168,9 +168,9 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
 
     If `first_logits` is a list, the logits of the first step (after each row's prompt)
     are appended to it, one [V] tensor per row. If `trace` is a list, one dict per row is
-    appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos and
+    appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos,
     min_margin (smallest top-1 minus top-2 logit over the row's steps; small margins make
-    greedy goldens fragile across BLAS builds)."""
+    greedy goldens fragile across BLAS builds) and margins (that gap at each step)."""
     B = len(prompts)
     if B == 0:
         return []
@@ -207,6 +207,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
     cache = torch.zeros(module.cache_shape(B), dtype=dtype)
     reprefills = [0] * B
     margins = [float("inf")] * B
+    step_margins: List[List[float]] = [[] for _ in range(B)]
     first = True
     while not all(r.done for r in rows):
         logits, cache = module(*step_inputs(rows, pad), cache)
@@ -220,6 +221,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
             if r.done:
                 continue
             margins[b] = min(margins[b], gaps[b])
+            step_margins[b].append(gaps[b])
             if r.advance(next_ids[b], eos, C):   # cache full: slid by re-prefilling the recent half
                 reprefills[b] += 1
     if trace is not None:
@@ -227,7 +229,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
             used = r.history[:len(r.history) - len(r.out)]
             trace.append({"prompt_ids_used": used, "reprefills": reprefills[b],
                           "stopped_on_eos": r.done and len(r.out) < r.max_new,
-                          "min_margin": margins[b]})
+                          "min_margin": margins[b], "margins": step_margins[b]})
     return [r.out for r in rows]
 
 
@@ -243,6 +245,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print JSON lines with ids")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --json: add each row's trace (per-step logit margins, eos, ...)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ckpt = load(args.checkpoint)
@@ -250,10 +254,14 @@ def main(argv=None):
     prompts += [[int(x) for x in s.split(",") if x.strip()] for s in args.ids]
     if not prompts:
         ap.error("give at least one --prompt or --ids")
-    outs = generate(ckpt, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed)
-    for prompt, out in zip(prompts, outs):
+    trace: List[dict] = []
+    outs = generate(ckpt, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                    trace=trace)
+    for prompt, out, tr in zip(prompts, outs, trace):
         if args.json:
             rec = {"prompt_ids": prompt, "output_ids": out}
+            if args.trace:
+                rec.update(tr)
             if ckpt.tokenizer["kind"] == "byte":
                 rec["output"] = ckpt.decode(out)
             print(json.dumps(rec, ensure_ascii=False))
