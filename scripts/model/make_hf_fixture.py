@@ -1,11 +1,13 @@
 """Tiny random-weight models in Hugging Face layout, as a user downloads them, for tests.
 
-    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR [--only NAME ...]
+    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR [--only NAME ...] [--export]
 
 Writes OUT_DIR/NAME/ with config.json (architectures, torch_dtype, ...), safetensors weights
 (sharded with model.safetensors.index.json where noted), tokenizer.json,
 tokenizer_config.json (special tokens, add_bos_token, chat_template) and
-generation_config.json (eos as a list where noted). Deterministic: fixed seeds, so the
+generation_config.json (eos as a list where noted); with --export also OUT_DIR/NAME.pt, the
+checkpoint export_hf.py makes of it (in the same process, which saves the tests seconds of
+Python start-up per model). Deterministic: fixed seeds, so the
 files are the same on every run and machine (the weights are generated in float64 on the
 CPU, then rounded).
 
@@ -217,9 +219,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="tiny Hugging Face model directories for tests")
     ap.add_argument("out_dir")
     ap.add_argument("--only", action="append", choices=sorted(SPECS))
+    ap.add_argument("--export", action="store_true", help="also export each to OUT_DIR/NAME.pt")
     args = ap.parse_args(argv)
     for name in args.only or sorted(SPECS):
-        print(make(name, args.out_dir))
+        path = make(name, args.out_dir)
+        print(path)
+        if args.export:
+            import export_hf
+            export_hf.export(path, path + ".pt", quiet=True)
     return 0
 
 
