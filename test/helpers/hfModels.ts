@@ -97,3 +97,27 @@ export_gpt.write_sha256(out)
   run(["-c", code, checkpoint, out, JSON.stringify(eosTokenIds)]);
   return out;
 }
+
+/**
+ * The fixtures exported to float32 checkpoints and from those to GGUF f32
+ * (scripts/model/export_gguf.py), in one Python process: `${name}.pt` and `${name}.gguf`.
+ */
+export function exportGgufFixtures(names: readonly string[]): HfCheckpoints {
+  const dir = mkdtempSync(join(tmpdir(), "gguf-fixtures-"));
+  const code = `
+import json, os, sys
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
+import export_gguf, export_hf, make_hf_fixture
+out = sys.argv[1]
+for name in json.loads(sys.argv[2]):
+    src = make_hf_fixture.make(name, out)
+    export_hf.export(src, os.path.join(out, name + ".pt"), dtype="float32", quiet=True)
+    export_gguf.export(os.path.join(out, name + ".pt"), os.path.join(out, name + ".gguf"), quiet=True)
+`;
+  run(["-c", code, dir, JSON.stringify(names)]);
+  return {
+    dir,
+    path: (name) => join(dir, `${name}.pt`),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
