@@ -251,12 +251,7 @@ def tokenizer_entry(hf_dir: str, cfg: dict, vocab_size: int) -> Tuple[dict, str,
     else:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    try:
-        tok = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ExportError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(tok, dict) or "model" not in tok:
-        raise ExportError(f"{path}: not a Hugging Face tokenizer.json (no 'model')")
+    tok = export_gpt.parse_tokenizer_json(text, path)
     top = hf_tokenizer.max_token_id(tok)
     if top >= vocab_size:
         raise ExportError(f"{path}: token id {top} does not fit the model's vocab_size {vocab_size}")
@@ -369,7 +364,8 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
                    "model_name": os.path.basename(hf_dir.rstrip(os.sep))})
     if os.path.exists(out + ".sha256"):
         os.remove(out + ".sha256")              # never leave a digest of an older export
-    _save(model, out, config, tok_text, tok_cfg_text)
+    export_gpt.save_module(model, out, config, tok_text,
+                           {"tokenizer_config.json": tok_cfg_text} if tok_cfg_text else None)
     try:
         err = export_gpt.verify(out, _source_logits(cfg, src, tdtype),
                                 tol=VERIFY_TOLERANCE[dtype_name])
@@ -408,15 +404,6 @@ def _gpt2_model(cfg: dict, src: StateDict, context: Optional[int], dtype: torch.
     config.pop("tokenizer")
     config["hf_architecture"] = "GPT2LMHeadModel"
     return model, config
-
-
-def _save(model, out: str, config: dict, tok_text: str, tok_cfg_text: Optional[str]) -> None:
-    extra = {"config.json": json.dumps(config, indent=2) + "\n", "tokenizer.json": tok_text}
-    if tok_cfg_text is not None:
-        extra["tokenizer_config.json"] = tok_cfg_text
-    scripted = torch.jit.script(model)
-    os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
-    torch.jit.save(scripted, out, _extra_files=extra)
 
 
 def main(argv=None):
