@@ -347,11 +347,7 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
         config = {**common, **config}
     else:
         lc = llama_config(cfg, arch, context)
-        model = LlamaLM(lc)
-        state = map_llama(src, lc, tdtype)
-        model.cast(tdtype)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        assert not unexpected and missing == ["rope_inv_freq"], (missing, unexpected)
+        model = LlamaLM.from_state(lc, map_llama(src, lc, tdtype))
         config = {**common, "architecture": "llama", "hf_architecture": arch,
                   "vocab_size": lc.vocab_size, "block_size": lc.block_size,
                   "n_layer": lc.n_layer, "n_head": lc.n_head, "n_kv_head": lc.n_kv_head,
@@ -366,6 +362,7 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
         os.remove(out + ".sha256")              # never leave a digest of an older export
     export_gpt.save_module(model, out, config, tok_text,
                            {"tokenizer_config.json": tok_cfg_text} if tok_cfg_text else None)
+    del model        # the check below loads the file again: one copy of the weights at a time
     try:
         err = export_gpt.verify(out, _source_logits(cfg, src, tdtype),
                                 tol=VERIFY_TOLERANCE[dtype_name])

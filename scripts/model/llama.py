@@ -117,9 +117,9 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, device=None):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim, device=device))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
@@ -127,20 +127,21 @@ class RMSNorm(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: LlamaConfig):
+    def __init__(self, cfg: LlamaConfig, device=None):
         super().__init__()
+        dev = {"device": device}
         D, H, KV, hd = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.head_dim
         self.n_head, self.n_kv_head, self.head_dim = H, KV, hd
         self.scale = 1.0 / math.sqrt(hd)
-        self.attn_norm = RMSNorm(D, cfg.rms_norm_eps)
-        self.q_proj = nn.Linear(D, H * hd, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(H * hd, D, bias=False)
-        self.mlp_norm = RMSNorm(D, cfg.rms_norm_eps)
-        self.gate_proj = nn.Linear(D, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(D, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, D, bias=False)
+        self.attn_norm = RMSNorm(D, cfg.rms_norm_eps, device)
+        self.q_proj = nn.Linear(D, H * hd, bias=cfg.qkv_bias, **dev)
+        self.k_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
+        self.v_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
+        self.o_proj = nn.Linear(H * hd, D, bias=False, **dev)
+        self.mlp_norm = RMSNorm(D, cfg.rms_norm_eps, device)
+        self.gate_proj = nn.Linear(D, cfg.intermediate_size, bias=False, **dev)
+        self.up_proj = nn.Linear(D, cfg.intermediate_size, bias=False, **dev)
+        self.down_proj = nn.Linear(cfg.intermediate_size, D, bias=False, **dev)
 
     def forward(self, x: Tensor, layer_cache: Tensor, cos: Tensor, sin: Tensor, bias: Tensor,
                 rows: Tensor, steps: Tensor, slots: Tensor, span: int) -> Tensor:
@@ -177,26 +178,38 @@ class Layer(nn.Module):
 class LlamaLM(nn.Module):
     tied: torch.jit.Final[bool]
 
-    def __init__(self, cfg: LlamaConfig):
+    def __init__(self, cfg: LlamaConfig, device=None):
         super().__init__()
         self.n_layer = cfg.n_layer
         self.n_kv_head = cfg.n_kv_head
         self.head_dim = cfg.head_dim
         self.block_size = cfg.block_size
         self.tied = cfg.tie_word_embeddings
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.n_layer)])
-        self.norm = RMSNorm(cfg.n_embd, cfg.rms_norm_eps)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd, device=device)
+        self.layers = nn.ModuleList([Layer(cfg, device) for _ in range(cfg.n_layer)])
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_norm_eps, device)
         if not self.tied:
-            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False, device=device)
         self.register_buffer("rope_inv_freq",
                              rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
 
-    def cast(self, dtype: torch.dtype) -> "LlamaLM":
-        """Weights in `dtype`; the rotary frequencies stay float32 (as in transformers)."""
-        for p in self.parameters():
-            p.data = p.data.to(dtype)
-        return self
+    @staticmethod
+    def from_state(cfg: LlamaConfig, state: dict) -> "LlamaLM":
+        """A model whose parameters are the given tensors themselves (no copy, no random
+        initialisation: built on the meta device first), so exporting an 8B model needs
+        its weights once in memory, not three times."""
+        with torch.no_grad():
+            model = LlamaLM(cfg, device="meta")
+            names = {name for name, _ in model.named_parameters()}
+            if names != set(state):
+                raise ValueError(f"state does not match the parameters: missing "
+                                 f"{sorted(names - set(state))}, unexpected {sorted(set(state) - names)}")
+            for name in names:
+                owner_name, _, leaf = name.rpartition(".")
+                owner = model.get_submodule(owner_name)
+                owner._parameters[leaf] = nn.Parameter(state[name], requires_grad=False)
+            model.rope_inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        return model.eval()
 
     @torch.jit.export
     def interface_version(self) -> int:
