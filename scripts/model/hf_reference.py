@@ -172,9 +172,10 @@ def hf_logits(config: dict, sd: Dict[str, Tensor], idx: Tensor,
 
 def greedy_continuation(config: dict, sd: Dict[str, Tensor], prompt, n: int,
                         eos_ids=(), dtype: torch.dtype = torch.float64,
-                        context: Optional[int] = None):
+                        context: Optional[int] = None, margins: Optional[list] = None):
     """Greedy ids after `prompt`, recomputing the whole sequence each step (no cache).
-    Stops at an id in `eos_ids` (not included). Only for prompt + n <= context."""
+    Stops at an id in `eos_ids` (not included). Only for prompt + n <= context. If
+    `margins` is a list, the top-1 minus top-2 logit of each step is appended to it."""
     ids = list(prompt)
     out = []
     for _ in range(n):
@@ -183,6 +184,9 @@ def greedy_continuation(config: dict, sd: Dict[str, Tensor], prompt, n: int,
         logits = hf_logits(config, sd, torch.tensor([ids]), dtype)[0, -1].double()
         best = logits.max()
         t = int(torch.nonzero(logits == best)[0])           # ties to the lowest id
+        if margins is not None:
+            top = logits.topk(2).values
+            margins.append(float(top[0] - top[1]))
         if t in eos_ids:
             break
         out.append(t)

@@ -5,10 +5,11 @@ tolerances; the reference loop's greedy output equals a cache-free greedy loop a
 same for a batch as for its rows alone.
 
 Tolerances (relative to max(1, |logit|max)): float32 1e-4 (the same function in another
-order); bfloat16 against transformers-in-bfloat16 6e-2 (activations carry 8 mantissa bits,
-and the two compute attention in different orders); float16 (computed in float32 on the CPU,
-cache in float16) 1e-2. Greedy tokens are compared exactly only up to the first step whose
-top-1/top-2 margin in the reference is below 20x the tolerance in absolute logits.
+order); bfloat16 6e-2 and float16 (computed in float32 on the CPU, cache in float16) 1e-2,
+against the float64 forward of the rounded weights. Greedy tokens are compared exactly up to
+the first step whose top-1/top-2 margin in the reference is below ServingLoopTest.MIN_MARGIN
+(float32 1e-3, float16 0.05, bfloat16 1.0 logits), and at least 16 tokens per model must be
+compared.
 """
 
 import json
@@ -161,6 +162,10 @@ def agreeing_prefix(ids, want, margins, min_margin):
 
 class ServingLoopTest(_Fixtures):
     PROMPTS = [[5, 6, 7, 8, 9, 10], [20, 30], list(range(100, 140))]
+    # Tokens are compared up to the first step whose reference top-1/top-2 margin is below
+    # this (absolute logits): float32 differs from the float64 reference by ~1e-5, float16
+    # by its cache rounding (~1e-3), bfloat16 logits are spaced up to 0.125 apart.
+    MIN_MARGIN = {"float32": 1e-3, "float16": 0.05, "bfloat16": 1.0}
 
     def test_reference_greedy_equals_a_cache_free_greedy_loop_alone_and_batched(self):
         for name in make_hf_fixture.SPECS:
@@ -176,22 +181,16 @@ class ServingLoopTest(_Fixtures):
                 # transformers-style loop over the rounded weights. bfloat16: a prefix.
                 rounded = {k: v.to(dtype) for k, v in sd.items()}
                 ref_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float64
+                min_margin = self.MIN_MARGIN[ckpt.config["dtype"]]
+                compared = 0
                 for p, got in zip(self.PROMPTS, batched):
-                    want = hf_reference.greedy_continuation(cfg, rounded, p, 16, eos, ref_dtype)
-                    if dtype == torch.bfloat16:
-                        margins = self.margins(cfg, rounded, p, want, ref_dtype)
-                        got, want = agreeing_prefix(got, want, margins, 1.0)
-                        self.assertGreater(len(got), 0, f"{name}: no confident step")
+                    margins: list = []
+                    want = hf_reference.greedy_continuation(cfg, rounded, p, 16, eos, ref_dtype,
+                                                            margins=margins)
+                    got, want = agreeing_prefix(got, want, margins, min_margin)
                     self.assertEqual(got, want, f"{name} prompt {p[:4]}...")
-
-    @staticmethod
-    def margins(cfg, sd, prompt, out, dtype):
-        ids, res = list(prompt), []
-        for t in out:
-            top = hf_reference.hf_logits(cfg, sd, torch.tensor([ids]), dtype)[0, -1].topk(2).values
-            res.append(float(top[0] - top[1]))
-            ids.append(t)
-        return res
+                    compared += len(got)
+                self.assertGreaterEqual(compared, 16, f"{name}: too few confident steps")
 
     def test_several_eos_ids_end_a_row(self):
         ckpt = reference.load(self.ckpts["llama3-bf16"])
