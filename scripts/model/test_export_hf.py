@@ -196,6 +196,15 @@ class ExportTest(unittest.TestCase):
         os.remove(os.path.join(d, "model-00002-of-00002.safetensors"))
         self.assertExportFails(d, "model-00002-of-00002.safetensors, which is missing")
 
+    def test_fixtures_are_deterministic(self):
+        with tempfile.TemporaryDirectory() as other:
+            for name, path in self.src.items():
+                again = make_hf_fixture.make(name, other)
+                self.assertEqual(sorted(os.listdir(path)), sorted(os.listdir(again)))
+                for f in os.listdir(path):
+                    with open(os.path.join(path, f), "rb") as x, open(os.path.join(again, f), "rb") as y:
+                        self.assertEqual(x.read(), y.read(), f"{name}/{f}")
+
     def test_command_line(self):
         out = os.path.join(self.tmp.name, "cli.pt")
         self.assertEqual(export_hf.main([self.src["qwen2"], out, "--dtype", "bfloat16"]), 0)
