@@ -196,6 +196,17 @@ class ExportTest(unittest.TestCase):
         os.remove(os.path.join(d, "model-00002-of-00002.safetensors"))
         self.assertExportFails(d, "model-00002-of-00002.safetensors, which is missing")
 
+    def test_chat_template_file_and_eos_sources(self):
+        d = self.copy("qwen2")
+        with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+            f.write("{{ 'from the jinja file' }}")
+        os.remove(os.path.join(d, "generation_config.json"))
+        cfg = export_hf.export(d, os.path.join(self.tmp.name, "tpl.pt"), quiet=True)
+        self.assertEqual(cfg["chat_template"], "{{ 'from the jinja file' }}")
+        # Without generation_config.json: config.json's eos, then tokenizer_config's eos_token.
+        with open(os.path.join(d, "config.json")) as f:
+            self.assertEqual(cfg["tokenizer"]["eos_token_ids"], [json.load(f)["eos_token_id"]])
+
     def test_fixtures_are_deterministic(self):
         with tempfile.TemporaryDirectory() as other:
             for name, path in self.src.items():
