@@ -11,7 +11,8 @@ Policy, for each row (C = block_size, M = its max_new_tokens):
   decode are the same call; shorter rows are padded with pad_token_id, lengths say how many
   are real; finished rows are fed lengths = 0 and stay idle);
 - greedy = argmax, ties to the lowest id; otherwise temperature then top-k sampling;
-- a row stops after M tokens or when it samples eos (eos is not part of the output);
+- a row stops after M tokens or when it samples an end-of-sequence id (any of the
+  tokenizer's eos_token_ids; it is not part of the output);
 - when the next token would land at position C, the row is re-prefilled with its most
   recent C // 2 tokens (prompt + generated so far) at positions 0..C//2-1.
 
