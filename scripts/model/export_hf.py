@@ -282,9 +282,10 @@ def tokenizer_entry(hf_dir: str, cfg: dict, vocab_size: int) -> Tuple[dict, str,
         add_bos = template_bos is not None
     if add_bos and bos is None:
         raise ExportError("tokenizer_config.json: add_bos_token is true but no bos_token is known")
+    # generation_config's ids first (what transformers' generate stops on), then config's,
+    # then the tokenizer's eos_token (what chat templates end a turn with).
     eos: List[int] = []
-    for tid in _ids(gen.get("eos_token_id")) + _ids(cfg.get("eos_token_id")) + \
-            ([lookup("eos_token")] if lookup("eos_token") is not None else []):
+    for tid in _ids(gen.get("eos_token_id")) + _ids(cfg.get("eos_token_id")) + _ids(lookup("eos_token")):
         if tid not in eos:
             eos.append(tid)
     pad = lookup("pad_token")
