@@ -6,10 +6,13 @@
  *
  * Agreement with scripts/model/reference.py (the Python loop over the same checkpoint):
  * float32 and float16 (which computes in float32 on the CPU): the same greedy text for every
- * prompt. bfloat16: the same greedy text for every prompt whose reference top-1/top-2 margin
- * stays at least 0.5 logits at every step (bfloat16 logits of magnitude 8-16 are spaced
- * 0.0625 apart, so closer calls may break a tie differently across kernels); at least one
- * such prompt is required. Batch == alone and stream == batch hold exactly on every dtype.
+ * prompt, batched, alone and streamed. bfloat16: a row's logits depend on the shapes of the
+ * batch it runs in (padding changes the matrix sizes, so the kernels round differently: a
+ * Llama 3 fixture row moved by up to 0.31 at |logit| 25 between alone and batched), as in
+ * any bfloat16 engine; so the batched and the alone text must each start with the
+ * reference's tokens up to the first step whose top-1/top-2 margin is below 1.0 logit, and
+ * at least 8 such tokens must be compared over the prompts. A stream runs the same shapes as
+ * a request alone: stream == alone exactly on every dtype.
  */
 import { expect } from "chai";
 import { join } from "node:path";
@@ -19,9 +22,9 @@ import type { GenerateRequest } from "../../src/types.js";
 import { exportHfFixtures, type HfCheckpoints, type ReferenceRow, referenceGreedy, withEosTokenIds } from "../helpers/hfModels.js";
 
 const NAMES = ["llama-gqa", "llama3-bf16", "qwen2", "mistral", "gpt2"] as const;
-const PROMPTS = ["The cat sat on the", "hello world, hello there! once upon a time", "naïve café ☃", "x"];
+const PROMPTS = ["The cat sat on the", "hello world, hello there! once upon a time", "naïve café ☃", "x", "What is the answer?", "forty two"];
 const MAX_NEW = 12;
-const BF16_MIN_MARGIN = 0.5;
+const BF16_MIN_MARGIN = 1.0;
 
 const greedy = (prompt: string, maxNewTokens = MAX_NEW): GenerateRequest => ({ prompt, maxNewTokens, temperature: 0, topK: null });
 
@@ -84,19 +87,28 @@ describe("TorchEngine on Hugging Face models (exported by export_hf.py)", functi
         for (let i = 0; i < PROMPTS.length; i++) {
           const ref = reference.get(name)![i]!;
           expect(ref.prompt_ids).to.deep.equal(ids[i]);
-          const confident = dtype !== "bfloat16" || ref.margins.every((m) => m >= BF16_MIN_MARGIN);
-          if (confident) {
-            expect(batch[i], `${name} "${PROMPTS[i]}"`).to.equal(engine.tokenizer.decode(ref.output_ids, ids[i]));
-            compared++;
-          }
           const [alone] = await engine.generateBatch([greedy(PROMPTS[i]!)]);
-          expect(alone, "batch == alone").to.equal(batch[i]);
+          const label = `${name} "${PROMPTS[i]}"`;
+          if (dtype !== "bfloat16") {
+            const want = engine.tokenizer.decode(ref.output_ids, ids[i]);
+            expect(batch[i], label).to.equal(want);
+            expect(alone, `${label} alone`).to.equal(want);
+            compared += ref.output_ids.length;
+          } else {
+            let k = ref.margins.findIndex((m) => m < BF16_MIN_MARGIN);
+            if (k < 0) k = ref.output_ids.length;
+            // A prefix may end inside a character that later tokens complete.
+            const want = engine.tokenizer.decode(ref.output_ids.slice(0, k), ids[i]).replace(/\uFFFD+$/, "");
+            expect(batch[i]!.startsWith(want), `${label}: ${JSON.stringify(batch[i])} starts with ${JSON.stringify(want)}`).to.equal(true);
+            expect(alone!.startsWith(want), `${label} alone`).to.equal(true);
+            compared += k;
+          }
           const pieces = await collect(engine.generateStream(greedy(PROMPTS[i]!)));
-          expect(pieces.join(""), "stream == batch").to.equal(batch[i]);
+          expect(pieces.join(""), "stream == alone").to.equal(alone);
           // Whole UTF-8 text: random weights emit stray byte tokens (U+FFFD), never half a character.
           for (const piece of pieces) expect(new TextDecoder().decode(new TextEncoder().encode(piece))).to.equal(piece);
         }
-        expect(compared, "prompts compared with the reference").to.be.greaterThan(0);
+        expect(compared, "tokens compared with the reference").to.be.at.least(8);
       });
     });
   }
