@@ -174,14 +174,20 @@ class ServingLoopTest(_Fixtures):
                 cfg, sd = self.source(name)
                 dtype = getattr(torch, ckpt.config["dtype"])
                 eos = reference.eos_ids(ckpt.tokenizer)
-                batched = reference.generate(ckpt, self.PROMPTS, 16)
+                trace: list = []
+                batched = reference.generate(ckpt, self.PROMPTS, 16, trace=trace)
                 alone = [reference.generate(ckpt, [p], 16)[0] for p in self.PROMPTS]
-                self.assertEqual(batched, alone)
+                min_margin = self.MIN_MARGIN[ckpt.config["dtype"]]
+                # A bfloat16 row depends a little on its batch's shapes: compare up to the
+                # first close call (float32 rows are independent to ~1e-6).
+                for got, want, tr in zip(batched, alone, trace):
+                    self.assertEqual(*agreeing_prefix(got, want, tr["margins"], min_margin))
+                if ckpt.config["dtype"] != "bfloat16":
+                    self.assertEqual(batched, alone)
                 # float32 (and float16 computed in float32): token for token with the
                 # transformers-style loop over the rounded weights. bfloat16: a prefix.
                 rounded = {k: v.to(dtype) for k, v in sd.items()}
                 ref_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float64
-                min_margin = self.MIN_MARGIN[ckpt.config["dtype"]]
                 compared = 0
                 for p, got in zip(self.PROMPTS, batched):
                     margins: list = []
