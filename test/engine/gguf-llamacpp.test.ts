@@ -6,9 +6,10 @@
  * its libraries never share a process with libtorch) as through scripts/model/reference.py,
  * and llama.cpp tokenizes text as the project's tokenizer does.
  *
- * Both run float32 on the same weights; the models' logit margins are far above the
- * float32 rounding differences of two kernel libraries, except near ties, so every token of
- * every prompt is compared.
+ * Both run float32 on the same weights, but llama.cpp's kernels differ from libtorch's (its
+ * GPT-2 GELU goes through a float16 table): tokens are compared up to the first step whose
+ * reference top-1/top-2 margin is below 0.05 logits, and at least 30 tokens per model must be
+ * compared (34 to 48 of the 48 are; all 48 agreed on the machine this was written on).
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -23,6 +24,7 @@ const NAMES = ["llama-gqa", "llama3-bf16", "qwen2", "mistral", "gpt2"];
 const PROMPTS = [[10, 20, 30, 40], [50, 60], [7], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115]];
 const TEXTS = ["the cat sat on the mat", "hello world, héllo ☃ 😀", "  two  spaces\nand a line"];
 const MAX_NEW = 12;
+const MIN_MARGIN = 0.05;
 
 interface LlamaCppResult {
   outputs: number[][];
@@ -52,10 +54,15 @@ describe("export_gguf.py: llama.cpp runs the same weights", function () {
   it("greedy tokens through llama.cpp equal the reference loop's on every model", () => {
     const reference = referenceGreedy(NAMES.map((name) => ({ checkpoint: fixtures.path(name), prompts: PROMPTS, maxNewTokens: MAX_NEW })));
     NAMES.forEach((name, i) => {
+      let compared = 0;
       PROMPTS.forEach((prompt, p) => {
-        const want = reference[i]![p]!.output_ids;
-        expect(llamaCpp[i]!.outputs[p], `${name} prompt ${prompt.slice(0, 4)}`).to.deep.equal(want);
+        const ref = reference[i]![p]!;
+        let k = ref.margins.findIndex((m) => m < MIN_MARGIN);
+        if (k < 0) k = ref.output_ids.length;
+        expect(llamaCpp[i]!.outputs[p]!.slice(0, k), `${name} prompt ${prompt.slice(0, 4)}`).to.deep.equal(ref.output_ids.slice(0, k));
+        compared += k;
       });
+      expect(compared, `${name}: tokens compared`).to.be.at.least(30);
     });
   });
 
