@@ -40,7 +40,9 @@ def write_card(path, config, table, command, data_command, families):
         f"2. Validation split: the same rule applied to each test user's remaining ratings: "
         f"{ev['validation']['users']} users, {ev['validation']['held_out_interactions']} held-out positives.",
         f"3. Search: each family's settings trained on what is left and scored on the validation split, "
-        f"round-robin within a {t['budget_minutes']:g}-minute budget.",
+        f"within a {t['budget_minutes']:g}-minute budget: each family's first setting, then the rest of EASE's "
+        "grid, then iALS and SASRec alternately; a setting is skipped when its family's earlier trials took "
+        "longer than the time left.",
         f"4. The best validation recall@{k} (ties: NDCG@{k}) wins; its settings are retrained on the whole "
         "training part (validation included) and scored on the test split once, next to most-popular.",
         f"5. The served model: the same settings retrained on "

@@ -18,7 +18,7 @@ Protocol (docs/recommender.md):
      `--min-user-ratings` ratings); the rest is the training part.
   2. validation split: the same rule applied again to the training part.
   3. search: every family's settings (EASE, iALS, SASRec), trained on training minus
-     validation and scored on validation, round-robin within `--budget-minutes`.
+     validation and scored on validation, within `--budget-minutes` (see `schedule`).
   4. the winner (best validation recall@K, then NDCG@K) is retrained on the whole training
      part and scored on the test split, once, next to most-popular.
   5. (default) retrained on all ratings and exported: one TorchScript file, `.sha256`,
@@ -65,7 +65,7 @@ GRIDS = {
     ],
     "sasrec": [
         {"dim": 64, "max_len": 50, "blocks": 1, "dropout": 0.2},
-        {"dim": 64, "max_len": 100, "blocks": 2, "dropout": 0.5},
+        {"dim": 64, "max_len": 50, "blocks": 2, "dropout": 0.4},
         {"dim": 128, "max_len": 50, "blocks": 1, "dropout": 0.3, "negatives": 1024},
     ],
 }
@@ -100,48 +100,60 @@ class Fitter:
                                    gram_cache=self.gram)
 
 
+def schedule(families):
+    """The order settings are tried in: every family's first setting (so each family is
+    represented whatever the budget), then the rest of EASE's grid (one matrix inverse
+    each, the Gram matrix shared), then iALS and SASRec round-robin."""
+    queues = {f: list(GRIDS[f]) for f in families}
+    order = [(f, queues[f].pop(0)) for f in families]
+    if "ease" in queues:
+        order += [("ease", p) for p in queues.pop("ease")]
+    while any(queues.values()):
+        for f in list(queues):
+            if queues[f]:
+                order.append((f, queues[f].pop(0)))
+    return order
+
+
 def search(args, fitter, inner, validation, families):
-    """Round-robin over the families' grids within the budget; every family's first setting
-    always runs. Returns the list of trials (each with its validation metrics)."""
+    """Tries the schedule's settings while the budget lasts (a setting is skipped when its
+    family's past trials took longer than what is left). Returns every trial, with its
+    validation metrics or why it was skipped."""
     k = args.k
     budget = args.budget_minutes * 60.0
     t0 = time.time()
-    queues = {f: list(GRIDS[f]) for f in families}
+    order = schedule(families)
     durations = {f: [] for f in families}
+    too_large = set()
     trials = []
-    planned = sum(len(q) for q in queues.values())
-    while any(queues.values()):
-        for family in families:
-            if not queues[family]:
-                continue
-            params = queues[family].pop(0)
-            elapsed = time.time() - t0
-            remaining = budget - elapsed
-            first = not durations[family]
-            estimate = np.mean(durations[family]) if durations[family] else 0.0
-            if not first and (remaining <= 0 or estimate > remaining):
-                trials.append({"family": family, "params": params, "skipped": "time budget"})
-                continue
-            label = f"{family} {fmt_params(params)}"
-            log(f"[search {len(trials) + 1}/{planned}  {fmt_clock(elapsed)} of {fmt_clock(budget)}] {label}")
-            started = time.time()
-            deadline = started + max(0.0, min(remaining, SASREC_SHARE * budget))
-            validate = None
-            if family == "sasrec":
-                validate = lambda scorer: validation.evaluate(scorer.score, k)[f"recall@{k}"]  # noqa: E731
-            try:
-                scorer, used = fitter.fit(family, inner, params, deadline=deadline, validate=validate)
-            except TooLarge as err:
-                log(f"  skipped: {err}")
-                trials.append({"family": family, "params": params, "skipped": str(err)})
-                queues[family] = []
-                continue
-            metrics = validation.evaluate(scorer.score, k)
-            seconds = round(time.time() - started, 1)
-            durations[family].append(seconds)
-            trials.append({"family": family, "params": used, "validation": metrics, "seconds": seconds})
-            log(f"  validation recall@{k} {metrics[f'recall@{k}']:.4f}  NDCG@{k} {metrics[f'ndcg@{k}']:.4f}"
-                f"  coverage {metrics[f'coverage@{k}']:.4f}  ({seconds:.1f}s)")
+    for n, (family, params) in enumerate(order, 1):
+        elapsed = time.time() - t0
+        remaining = budget - elapsed
+        if family in too_large:
+            continue
+        if durations[family] and np.mean(durations[family]) > remaining:
+            trials.append({"family": family, "params": params, "skipped": "time budget"})
+            continue
+        log(f"[search {n}/{len(order)}  {fmt_clock(elapsed)} of {fmt_clock(budget)}] {family} {fmt_params(params)}")
+        started = time.time()
+        # SASRec trains epoch by epoch until validation stops improving or this deadline.
+        deadline = started + max(0.0, min(remaining, SASREC_SHARE * budget))
+        validate = None
+        if family == "sasrec":
+            validate = lambda scorer: validation.evaluate(scorer.score, k)[f"recall@{k}"]  # noqa: E731
+        try:
+            scorer, used = fitter.fit(family, inner, params, deadline=deadline, validate=validate)
+        except TooLarge as err:
+            log(f"  skipped: {err}")
+            trials.append({"family": family, "params": params, "skipped": str(err)})
+            too_large.add(family)
+            continue
+        metrics = validation.evaluate(scorer.score, k)
+        seconds = round(time.time() - started, 1)
+        durations[family].append(seconds)
+        trials.append({"family": family, "params": used, "validation": metrics, "seconds": seconds})
+        log(f"  validation recall@{k} {metrics[f'recall@{k}']:.4f}  NDCG@{k} {metrics[f'ndcg@{k}']:.4f}"
+            f"  coverage {metrics[f'coverage@{k}']:.4f}  ({seconds:.1f}s)")
     return trials
 
 

@@ -59,12 +59,8 @@ export function parseRecommendRequest(
   params: Record<string, unknown>,
   query: Record<string, unknown>,
 ): { userId: number; k: number } {
-  const issues: ValidationIssue[] = [];
-  const path = tryCheck<{ user_id: number }>(validateRecommendPath, { user_id: integerOrRaw(params["user_id"]) }, "path", issues);
-  const rawK = query["k"];
-  const q = tryCheck<{ k: number }>(validateRecommendQuery, rawK === undefined ? {} : { k: integerOrRaw(rawK) }, "query", issues);
-  if (path === undefined || q === undefined) throw invalid(issues);
-  return { userId: path.user_id, k: q.k };
+  const { userId, value } = parseUserAndInteger(params, query, "k", validateRecommendQuery);
+  return { userId, k: value };
 }
 
 /** Validates GET /movies?ids=1,2,3: each comma-separated piece must be an integer. */
@@ -79,12 +75,23 @@ export function parseHistoryRequest(
   params: Record<string, unknown>,
   query: Record<string, unknown>,
 ): { userId: number; n: number } {
+  const { userId, value } = parseUserAndInteger(params, query, "n", validateHistoryQuery);
+  return { userId, n: value };
+}
+
+/** A `user_id` path parameter and one optional integer query parameter, issues of both listed together. */
+function parseUserAndInteger(
+  params: Record<string, unknown>,
+  query: Record<string, unknown>,
+  name: string,
+  validateQuery: ValidateFunction,
+): { userId: number; value: number } {
   const issues: ValidationIssue[] = [];
   const path = tryCheck<{ user_id: number }>(validateRecommendPath, { user_id: integerOrRaw(params["user_id"]) }, "path", issues);
-  const rawN = query["n"];
-  const q = tryCheck<{ n: number }>(validateHistoryQuery, rawN === undefined ? {} : { n: integerOrRaw(rawN) }, "query", issues);
+  const raw = query[name];
+  const q = tryCheck<Record<string, number>>(validateQuery, raw === undefined ? {} : { [name]: integerOrRaw(raw) }, "query", issues);
   if (path === undefined || q === undefined) throw invalid(issues);
-  return { userId: path.user_id, n: q.n };
+  return { userId: path.user_id, value: q[name]! };
 }
 
 /** A 422 error carrying its issues. */

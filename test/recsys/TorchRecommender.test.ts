@@ -226,7 +226,7 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
     try {
       expect(addon.loads).to.have.lengthOf(1);
       expect(addon.loads[0]!.options).to.include({ device: "cpu" });
-      expect(addon.loads[0]!.options.extraFiles).to.deep.equal(["config.json"]);
+      expect(addon.loads[0]!.options.extraFiles).to.deep.equal(["config.json", "movies.json"]);
       expect(await rec.recommend(USER_IDS[0]!, 2)).to.deep.equal({ items: expectedTopK(0, 2), fallback: false });
     } finally {
       await rec.dispose();
