@@ -122,7 +122,7 @@ def fit_ease(data, params, memory_cap_bytes, gram_cache, **_):
             f"EASE needs the {data.n_items} x {data.n_items} item Gram matrix: about {need / 2**20:.0f} MiB "
             f"of working memory, above the cap of {memory_cap_bytes / 2**20:.0f} MiB (--memory-cap-mb)")
     lam = float(params["lambda"])
-    neighbours = int(params.get("neighbours", 256))
+    neighbours = int(params.get("neighbours", 64))
     gram = gram_cache.get(data)
     p = gram.clone()
     p.diagonal().add_(lam)
@@ -136,7 +136,7 @@ def fit_ease(data, params, memory_cap_bytes, gram_cache, **_):
     weight = torch.gather(b, 1, index)
     del b
     scorer = NeighbourScorer(torch.from_numpy(data.pos_indptr), torch.from_numpy(data.pos_item),
-                             index.int(), weight)
+                             index, weight)
     return scorer, {"lambda": lam, "neighbours": width}
 
 

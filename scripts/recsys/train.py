@@ -214,8 +214,8 @@ def parse_args(argv):
                    help="time for the search (every family's first setting runs regardless)")
     p.add_argument("--memory-cap-mb", type=int, default=4096,
                    help="working memory EASE may use (3 float32 item x item matrices); above it EASE is skipped")
-    p.add_argument("--ease-neighbours", type=int, default=256,
-                   help="EASE weights kept per item in the checkpoint (0: all)")
+    p.add_argument("--ease-neighbours", type=int, default=64,
+                   help="EASE weights kept per item (largest magnitude; 0: all); the evaluation scores the pruned model")
     p.add_argument("--min-rating", type=float, default=0.0, help="positives are ratings >= this")
     p.add_argument("--holdout", type=float, default=0.2,
                    help="held-out share of each user's most recent ratings (a count when >= 1)")
