@@ -94,7 +94,9 @@ class NeighbourScorer(nn.Module):
         weights = self.nbr_weight.index_select(0, items).reshape(-1)
         # One index_add_ into the flattened [B*I] scores: on CPU far faster than
         # index_put_(accumulate=True), which sorts its indices first.
-        flat = (rows * n_items).unsqueeze(1) + cols
+        # cols + n_items * row, with the big operand first: the broadcast the other way
+        # round ran ~10x slower in TorchScript on CPU.
+        flat = cols.add(rows.unsqueeze(1), alpha=n_items)
         scores.view(-1).index_add_(0, flat.reshape(-1), weights)
         return scores
 
