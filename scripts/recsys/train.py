@@ -1,40 +1,33 @@
 #!/usr/bin/env python3
-"""Train, evaluate and export the implicit-feedback movie recommender.
+"""Choose, evaluate and export the movie recommender.
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/recsys/train.py \
         --ratings data/ratings.csv --out models/recsys-demo.pt --card models/recommender.md
 
 Input: MovieLens `ratings.csv` (ml-latest, ml-25m: header userId,movieId,rating,timestamp),
 ml-1m `ratings.dat` (`::`-separated) or ml-100k `u.data` (tab-separated, no header); a
-directory holding one of them works too.
+directory holding one of them works too. A `movies.csv` beside it puts titles and genres
+into the checkpoint (extra file movies.json).
 
 Feedback: every rating is an interaction (a rating means the user watched the movie; the
 task is "what will they watch next"). `--min-rating 4` keeps only liked movies as
 positives; items rated lower still count as seen and are never recommended again.
 
-Split: per user, by time. The most recent `--holdout` of each user's ratings (a fraction,
-or a count when >= 1) is held out; users with fewer than `--min-user-ratings` ratings stay
-train-only. Held-out items the training period never saw count as misses.
-
-Model: implicit ALS (weighted matrix factorisation, Hu, Koren & Volinsky 2008) with
-conjugate-gradient solves batched over all users at once (Takacs et al. 2011; the
-`implicit` library's default). No negative sampling, so no sampling noise and few sweeps;
-each CG step is a gather, a row-wise dot and an index_add over the interactions. The
-defaults (alpha 1, reg 5, 64 factors, 10 sweeps) came from a small grid on the demo-sized
-synthetic set generated with --seed 11 (the demo model uses seed 7); low alpha won there.
-
-Evaluation: recall@K = hits / min(K, |held-out|) and NDCG@K with binary relevance, for the
-model and for most-popular (training counts), seen items excluded for both, same users.
-
-Then (default, `--no-retrain-all` to skip) the model is retrained with the same settings
-on all ratings, exported as ONE TorchScript file with `config.json` as an extra file, a
-`<file>.sha256` beside it, and a model card.
+Protocol (docs/recommender.md):
+  1. test split: each user's most recent `--holdout` of their ratings (users with at least
+     `--min-user-ratings` ratings); the rest is the training part.
+  2. validation split: the same rule applied again to the training part.
+  3. search: every family's settings (EASE, iALS, SASRec), trained on training minus
+     validation and scored on validation, within `--budget-minutes` (see `schedule`).
+  4. the winner (best validation recall@K, then NDCG@K) is retrained on the whole training
+     part and scored on the test split, once, next to most-popular.
+  5. (default) retrained on all ratings and exported: one TorchScript file, `.sha256`,
+     model card.
 """
 
 import argparse
 import hashlib
 import json
-import math
 import os
 import shlex
 import sys
@@ -44,224 +37,131 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from recommender_module import FORMAT, INTERFACE_VERSION, MatrixFactorizationRecommender  # noqa: E402
+from data import Interactions, load_ratings, order_and_dedupe, read_movies, temporal_split  # noqa: E402
+from evaluate import HeldOut  # noqa: E402
+from families import GramCache, TooLarge, ease_memory_bytes, fit_ease, fit_ials, fit_sasrec  # noqa: E402
+from model_card import write_card  # noqa: E402
+from recommender_module import FORMAT, INTERFACE_VERSION, ServedRecommender  # noqa: E402
 
-GATHER_CHUNK = 1 << 15  # interactions per gather/scatter chunk: bounds memory on ml-25m
-EVAL_CHUNK = 1024  # users per scoring matmul during evaluation
+FAMILIES = {
+    "ease": ("EASE (item-item, closed form)", fit_ease),
+    "ials": ("iALS (matrix factorisation)", fit_ials),
+    "sasrec": ("SASRec (sequential, next item)", fit_sasrec),
+}
 
-
-# ---------------------------------------------------------------------------------------
-# Data
-
-
-def find_ratings_file(path):
-    if os.path.isdir(path):
-        for name in ("ratings.csv", "ratings.dat", "u.data"):
-            if os.path.exists(os.path.join(path, name)):
-                return os.path.join(path, name)
-        raise SystemExit(f"no ratings.csv, ratings.dat or u.data in {path}")
-    return path
-
-
-def load_ratings(path):
-    """Returns (user_raw, item_raw, rating, timestamp) arrays and the detected format.
-
-    Parses with numpy's C tokenizer (np.fromstring with a separator): ml-25m's 25M rows take
-    seconds instead of minutes with the csv module."""
-    path = find_ratings_file(path)
-    with open(path, "rb") as f:
-        text = f.read()
-    first = text.split(b"\n", 1)[0]
-    if b"::" in first:
-        fmt = "ml-1m ratings.dat"
-        body = text.replace(b"::", b" ")
-    elif b"\t" in first:
-        fmt = "ml-100k u.data"
-        body = text.replace(b"\t", b" ")
-    else:
-        fmt = "MovieLens ratings.csv"
-        header = first.decode().strip().lower().split(",")
-        if header[:4] != ["userid", "movieid", "rating", "timestamp"]:
-            raise SystemExit(f"{path}: expected header userId,movieId,rating,timestamp, got {first!r}")
-        body = text[len(first) + 1:].replace(b",", b" ")
-    values = np.fromstring(body.decode(), dtype=np.float64, sep=" ")
-    if values.size % 4 != 0:
-        raise SystemExit(f"{path}: rows do not all have 4 fields")
-    values = values.reshape(-1, 4)
-    return (values[:, 0].astype(np.int64), values[:, 1].astype(np.int64),
-            values[:, 2].astype(np.float32), values[:, 3].astype(np.int64), fmt, path)
+# Each family's settings, most promising first (the order the search tries them in).
+# EASE's lambda scales with the data: MovieLens optima lie between ~100 (ml-latest-small)
+# and ~500 (ml-20m); the grid brackets them. The iALS and SASRec settings follow Rendle et
+# al. 2021 and Kang & McAuley 2018 (small data: heavier dropout).
+GRIDS = {
+    "ease": [{"lambda": v} for v in (500.0, 200.0, 1000.0, 100.0, 2000.0, 50.0)],
+    "ials": [
+        {"factors": 64, "alpha": 1.0, "reg": 5.0},
+        {"factors": 128, "alpha": 2.0, "reg": 20.0},
+        {"factors": 32, "alpha": 1.0, "reg": 2.0},
+        {"factors": 128, "alpha": 0.5, "reg": 5.0},
+        {"factors": 64, "alpha": 4.0, "reg": 20.0},
+        {"factors": 256, "alpha": 1.0, "reg": 50.0},
+    ],
+    "sasrec": [
+        {"dim": 64, "max_len": 50, "blocks": 1, "dropout": 0.2},
+        {"dim": 64, "max_len": 50, "blocks": 2, "dropout": 0.4},
+        {"dim": 128, "max_len": 50, "blocks": 1, "dropout": 0.3, "negatives": 1024},
+    ],
+}
+SASREC_SHARE = 0.4  # most of the budget one SASRec setting may take
 
 
-def order_and_dedupe(user, item, rating, ts):
-    """Sorts by (user, time, item) and keeps the latest rating of a repeated (user, item)."""
-    order = np.lexsort((item, ts, user))
-    user, item, rating, ts = user[order], item[order], rating[order], ts[order]
-    key = user.astype(np.int64) * (int(item.max()) + 1) + item
-    # np.unique keeps the first occurrence: look from the end to keep the latest.
-    _, last_rev = np.unique(key[::-1], return_index=True)
-    keep = np.sort(len(key) - 1 - last_rev)
-    return user[keep], item[keep], rating[keep], ts[keep]
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
 
 
-def temporal_split(user, ts, holdout, min_user_ratings):
-    """Boolean mask of held-out rows: each eligible user's most recent ratings.
-
-    Rows must be sorted by (user, time)."""
-    test = np.zeros(len(user), dtype=bool)
-    starts = np.flatnonzero(np.r_[True, user[1:] != user[:-1]])
-    ends = np.r_[starts[1:], len(user)]
-    for s, e in zip(starts, ends):
-        n = e - s
-        if n < min_user_ratings:
-            continue
-        n_test = int(holdout) if holdout >= 1 else max(1, int(math.floor(n * holdout)))
-        n_test = min(n_test, n - 1)
-        test[e - n_test:e] = True
-    return test
+def fmt_params(params):
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in params.items())
 
 
-class Interactions:
-    """Index maps, positives and seen items of one training set."""
-
-    def __init__(self, user_raw, item_raw, rating, min_rating):
-        self.user_ids, self.user = np.unique(user_raw, return_inverse=True)
-        self.item_ids, self.item = np.unique(item_raw, return_inverse=True)
-        self.n_users, self.n_items = len(self.user_ids), len(self.item_ids)
-        positive = rating >= min_rating
-        self.pos_user = self.user[positive]
-        self.pos_item = self.item[positive]
-        # Seen items as CSR (every rating counts as seen, liked or not).
-        order = np.lexsort((self.item, self.user))
-        self.seen_indices = self.item[order]
-        self.seen_indptr = np.r_[0, np.cumsum(np.bincount(self.user, minlength=self.n_users))]
-        self.popularity = np.bincount(self.pos_item, minlength=self.n_items)
-        # Most popular first; ties broken by raw id so the order is reproducible.
-        self.popular_order = np.lexsort((self.item_ids, -self.popularity))
+def fmt_clock(seconds):
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-# ---------------------------------------------------------------------------------------
-# Model: implicit ALS with batched conjugate gradient
+class Fitter:
+    """Trains a family's setting on a training set; shares EASE's Gram matrix between lambdas."""
+
+    def __init__(self, args):
+        self.args = args
+        self.gram = GramCache()
+
+    def fit(self, family, data, params, deadline=None, validate=None):
+        params = dict(params)
+        if family == "ease":
+            params.setdefault("neighbours", self.args.ease_neighbours)
+        return FAMILIES[family][1](data, params, seed=self.args.seed, deadline=deadline, validate=validate,
+                                   log=log, memory_cap_bytes=self.args.memory_cap_mb * 2**20,
+                                   gram_cache=self.gram)
 
 
-def gather_dot_scatter(v, other, rows, cols, weight):
-    """out[r] = sum over interactions (r, c) of weight * (v[r] . other[c]) * other[c]."""
-    out = torch.zeros_like(v)
-    for s in range(0, rows.numel(), GATHER_CHUNK):
-        r, c = rows[s:s + GATHER_CHUNK], cols[s:s + GATHER_CHUNK]
-        oc = other.index_select(0, c)
-        dots = (v.index_select(0, r) * oc).sum(1, keepdim=True)
-        out.index_add_(0, r, oc * (weight * dots))
-    return out
+def schedule(families):
+    """The order settings are tried in: every family's first setting (so each family is
+    represented whatever the budget), then the rest of EASE's grid (one matrix inverse
+    each, the Gram matrix shared), then iALS and SASRec round-robin."""
+    queues = {f: list(GRIDS[f]) for f in families}
+    order = [(f, queues[f].pop(0)) for f in families]
+    if "ease" in queues:
+        order += [("ease", p) for p in queues.pop("ease")]
+    while any(queues.values()):
+        for f in list(queues):
+            if queues[f]:
+                order.append((f, queues[f].pop(0)))
+    return order
 
 
-def ials_half_sweep(x, other, rows, cols, alpha, reg, cg_steps):
-    """Updates x (one side's factors, in place) with `other` fixed.
-
-    Solves (O^T O + alpha * O_u^T O_u + reg I) x_u = (1 + alpha) * sum_{i in u} o_i for every
-    row u together, warm-started from the current x."""
-    gram = other.t() @ other + reg * torch.eye(other.shape[1], dtype=other.dtype)
-
-    def apply_a(v):
-        return v @ gram + gather_dot_scatter(v, other, rows, cols, alpha)
-
-    b = torch.zeros_like(x)
-    for s in range(0, rows.numel(), GATHER_CHUNK):
-        b.index_add_(0, rows[s:s + GATHER_CHUNK], other.index_select(0, cols[s:s + GATHER_CHUNK]))
-    b *= 1.0 + alpha
-    r = b - apply_a(x)
-    p = r.clone()
-    rs_old = (r * r).sum(1, keepdim=True)
-    for _ in range(cg_steps):
-        ap = apply_a(p)
-        step = rs_old / (p * ap).sum(1, keepdim=True).clamp_min(1e-20)
-        x += step * p
-        r -= step * ap
-        rs_new = (r * r).sum(1, keepdim=True)
-        p = r + (rs_new / rs_old.clamp_min(1e-20)) * p
-        rs_old = rs_new
-
-
-def ials_loss(x, y, rows, cols, alpha, reg):
-    """Full weighted loss over all (user, item) cells, computed without the dense matrix."""
-    all_cells = ((x.t() @ x) * (y.t() @ y)).sum()  # sum of (x_u . y_i)^2 over every cell
-    observed = 0.0
-    for s in range(0, rows.numel(), GATHER_CHUNK):
-        d = (x.index_select(0, rows[s:s + GATHER_CHUNK]) * y.index_select(0, cols[s:s + GATHER_CHUNK])).sum(1)
-        observed += ((1 + alpha) * (1 - d) ** 2 - d ** 2).sum()
-    return float(all_cells + observed + reg * (x.pow(2).sum() + y.pow(2).sum()))
-
-
-def train_ials(data, args, label):
-    gen = torch.Generator().manual_seed(args.seed)
-    scale = 0.1 / math.sqrt(args.factors)
-    x = torch.randn(data.n_users, args.factors, generator=gen) * scale
-    y = torch.randn(data.n_items, args.factors, generator=gen) * scale
-    u = torch.from_numpy(data.pos_user).long()
-    i = torch.from_numpy(data.pos_item).long()
+def search(args, fitter, inner, validation, families):
+    """Tries the schedule's settings while the budget lasts (a setting is skipped when its
+    family's past trials took longer than what is left). Returns every trial, with its
+    validation metrics or why it was skipped."""
+    k = args.k
+    budget = args.budget_minutes * 60.0
     t0 = time.time()
-    for it in range(1, args.iterations + 1):
-        ials_half_sweep(x, y, u, i, args.alpha, args.reg, args.cg_steps)
-        ials_half_sweep(y, x, i, u, args.alpha, args.reg, args.cg_steps)
-        if it == 1 or it == args.iterations or it % max(1, args.iterations // 5) == 0:
-            loss = ials_loss(x, y, u, i, args.alpha, args.reg)
-            log(f"  [{label}] iteration {it}/{args.iterations}  loss/interaction "
-                f"{loss / max(1, len(u)):.4f}  {time.time() - t0:.1f}s")
-    return x, y
+    order = schedule(families)
+    durations = {f: [] for f in families}
+    too_large = set()
+    trials = []
+    for n, (family, params) in enumerate(order, 1):
+        elapsed = time.time() - t0
+        remaining = budget - elapsed
+        if family in too_large:
+            continue
+        if durations[family] and np.mean(durations[family]) > remaining:
+            trials.append({"family": family, "params": params, "skipped": "time budget"})
+            continue
+        log(f"[search {n}/{len(order)}  {fmt_clock(elapsed)} of {fmt_clock(budget)}] {family} {fmt_params(params)}")
+        started = time.time()
+        # SASRec trains epoch by epoch until validation stops improving or this deadline.
+        deadline = started + max(0.0, min(remaining, SASREC_SHARE * budget))
+        validate = None
+        if family == "sasrec":
+            validate = lambda scorer: validation.evaluate(scorer.score, k)[f"recall@{k}"]  # noqa: E731
+        try:
+            scorer, used = fitter.fit(family, inner, params, deadline=deadline, validate=validate)
+        except TooLarge as err:
+            log(f"  skipped: {err}")
+            trials.append({"family": family, "params": params, "skipped": str(err)})
+            too_large.add(family)
+            continue
+        metrics = validation.evaluate(scorer.score, k)
+        seconds = round(time.time() - started, 1)
+        durations[family].append(seconds)
+        trials.append({"family": family, "params": used, "validation": metrics, "seconds": seconds})
+        log(f"  validation recall@{k} {metrics[f'recall@{k}']:.4f}  NDCG@{k} {metrics[f'ndcg@{k}']:.4f}"
+            f"  coverage {metrics[f'coverage@{k}']:.4f}  ({seconds:.1f}s)")
+    return trials
 
 
-# ---------------------------------------------------------------------------------------
-# Evaluation
-
-
-def evaluate(train, test_user_raw, test_item_raw, x, y, k):
-    """recall@k and NDCG@k of the model and of most-popular on the held-out items."""
-    user_index = {int(r): j for j, r in enumerate(train.user_ids)}
-    item_index = {int(r): j for j, r in enumerate(train.item_ids)}
-    held = {}
-    for ur, ir in zip(test_user_raw.tolist(), test_item_raw.tolist()):
-        held.setdefault(user_index[ur], []).append(item_index.get(ir, -1))  # -1: unseen in train
-    users = np.array(sorted(held), dtype=np.int64)
-    discounts = 1.0 / np.log2(np.arange(2, k + 2))
-    # Most-popular scores an item by minus its popularity rank: ties broken as at serving time.
-    pop_scores = -torch.from_numpy(np.argsort(train.popular_order).astype(np.float32))
-    totals = {"model": [0.0, 0.0, set()], "popularity": [0.0, 0.0, set()]}
-    for s in range(0, len(users), EVAL_CHUNK):
-        batch = users[s:s + EVAL_CHUNK]
-        bt = torch.from_numpy(batch)
-        model_scores = x.index_select(0, bt) @ y.t()
-        for name, scores in (("model", model_scores), ("popularity", pop_scores.expand(len(batch), -1).clone())):
-            for row, uidx in enumerate(batch):
-                seen = train.seen_indices[train.seen_indptr[uidx]:train.seen_indptr[uidx + 1]]
-                scores[row, torch.from_numpy(seen)] = float("-inf")
-            top = torch.topk(scores, min(k, train.n_items), dim=1).indices.numpy()
-            for row, uidx in enumerate(batch):
-                relevant = set(held[int(uidx)])
-                hit = np.array([int(it) in relevant for it in top[row]], dtype=np.float64)
-                n_rel = min(k, len(held[int(uidx)]))
-                totals[name][0] += hit.sum() / n_rel
-                totals[name][1] += (hit * discounts[:len(hit)]).sum() / discounts[:n_rel].sum()
-                totals[name][2].update(top[row].tolist())
-    n = max(1, len(users))
-    return {
-        name: {
-            f"recall@{k}": round(v[0] / n, 4),
-            f"ndcg@{k}": round(v[1] / n, 4),
-            f"coverage@{k}": round(len(v[2]) / max(1, train.n_items), 4),
-        }
-        for name, v in totals.items()
-    } | {"users": int(len(users)), "held_out_interactions": int(len(test_item_raw))}
-
-
-def format_table(metrics, k):
-    lines = [f"| model | recall@{k} | NDCG@{k} | catalogue coverage@{k} |", "|---|---|---|---|"]
-    for name, label in (("model", "iALS (this model)"), ("popularity", "most popular")):
-        m = metrics[name]
-        lines.append(f"| {label} | {m[f'recall@{k}']:.4f} | {m[f'ndcg@{k}']:.4f} | {m[f'coverage@{k}']:.4f} |")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------
-# Export
+def best_of(trials, k, family=None):
+    done = [t for t in trials if "validation" in t and (family is None or t["family"] == family)]
+    if not done:
+        return None
+    return max(done, key=lambda t: (t["validation"][f"recall@{k}"], t["validation"][f"ndcg@{k}"]))
 
 
 def sha256_of(path):
@@ -272,104 +172,73 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def export(data, x, y, config, out):
-    module = MatrixFactorizationRecommender(
-        x, y, torch.from_numpy(data.user_ids), torch.from_numpy(data.item_ids),
+def export(data, scorer, config, movies, out, history_length):
+    h_indptr, h_items, h_ratings, h_times = data.recent_history(history_length)
+    module = ServedRecommender(
+        scorer, torch.from_numpy(data.user_ids), torch.from_numpy(data.item_ids),
         torch.from_numpy(data.seen_indptr), torch.from_numpy(data.seen_indices),
-        torch.from_numpy(data.popular_order))
+        torch.from_numpy(data.popular_order), torch.from_numpy(h_indptr), torch.from_numpy(h_items),
+        torch.from_numpy(h_ratings), torch.from_numpy(h_times))
+    for p in module.parameters():
+        p.requires_grad_(False)
     scripted = torch.jit.script(module.eval())
+    extra = {"config.json": json.dumps(config, indent=2)}
+    if movies is not None:
+        catalogue = {str(int(i)): {"title": movies[int(i)][0], "genres": movies[int(i)][1]}
+                     for i in data.item_ids if int(i) in movies}
+        extra["movies.json"] = json.dumps(catalogue, ensure_ascii=False, separators=(",", ":"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    torch.jit.save(scripted, out, _extra_files={"config.json": json.dumps(config, indent=2)})
+    torch.jit.save(scripted, out, _extra_files=extra)
     digest = sha256_of(out)
     with open(out + ".sha256", "w") as f:
         f.write(f"{digest}  {os.path.basename(out)}\n")
     return digest
 
 
-def write_card(path, config, table, command, data_command):
-    c = config
-    t = c["training"]
-    ev = c["evaluation"]
-    positives = ("every rating is a positive interaction" if t["min_rating"] <= 0 else
-                 f"ratings >= {t['min_rating']} are positives; lower ones still count as seen")
-    lines = [
-        "# Movie recommender (implicit ALS)",
-        "",
-        "Generated by `scripts/recsys/train.py`; regenerate rather than edit. The serving",
-        "interface is documented in `docs/recommender.md`.",
-        "",
-        "## Data",
-        "",
-        f"- Ratings: `{c['data']['file']}` ({c['data']['format']}), sha256 `{c['data']['sha256']}`.",
-        f"- {c['counts']['interactions']} interactions, {c['counts']['users']} users, {c['counts']['items']} movies.",
-        f"- Implicit feedback: {positives}.",
-    ]
-    if data_command:
-        lines.append(f"- Generated by `{data_command}` (seeded: byte-identical on every run).")
-    lines += [
-        "",
-        "## Model",
-        "",
-        f"- Implicit ALS (weighted matrix factorisation): {t['factors']} factors, alpha {t['alpha']}, "
-        f"reg {t['reg']}, {t['iterations']} sweeps of {t['cg_steps']} conjugate-gradient steps, seed {t['seed']}.",
-        "- The trainer's defaults came from a small grid (alpha, reg, factors) on a separately seeded"
-        " synthetic set (`--seed 11`), not from this evaluation.",
-        "- Score = dot product of user and item factors; items the user has rated are never recommended.",
-        f"- The served model is trained on {'all ratings' if c['trained_on'] == 'all' else 'the training split only'};"
-        " the evaluation below is of the same settings trained on the training split.",
-        "- Unknown users get the most popular movies (training interaction counts), flagged as fallback.",
-        "",
-        "## Evaluation",
-        "",
-        f"Per-user temporal hold-out: the most recent "
-        + (f"{t['holdout']:.0%} of each user's ratings" if t["holdout"] < 1 else f"{int(t['holdout'])} ratings of each user")
-        + f" (users with at least {t['min_user_ratings']} ratings): {ev['users']} users, "
-        f"{ev['held_out_interactions']} held-out positives. Seen items are excluded for both rows; "
-        f"recall@{ev['k']} = hits / min({ev['k']}, held-out items), NDCG@{ev['k']} with binary relevance; "
-        f"coverage = share of the catalogue recommended to at least one user.",
-        "",
-        table,
-        "",
-        "## Reproduce",
-        "",
-        "```sh",
-    ]
-    if data_command:
-        lines.append(data_command)
-    lines += [command, "```", ""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-
-
-# ---------------------------------------------------------------------------------------
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+def format_table(rows, k):
+    lines = [f"| model | recall@{k} | NDCG@{k} | catalogue coverage@{k} |", "|---|---|---|---|"]
+    for label, m in rows:
+        lines.append(f"| {label} | {m[f'recall@{k}']:.4f} | {m[f'ndcg@{k}']:.4f} | {m[f'coverage@{k}']:.4f} |")
+    return "\n".join(lines)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Train, evaluate and export the iALS recommender.")
+    p = argparse.ArgumentParser(description="Choose (by validation), evaluate and export the recommender.")
     p.add_argument("--ratings", required=True, help="ratings.csv, ratings.dat, u.data or their directory")
     p.add_argument("--out", help="TorchScript checkpoint to write (omit to only evaluate)")
     p.add_argument("--card", help="model card to write (default: beside --out, .md)")
-    p.add_argument("--metrics-json", help="write the evaluation metrics here as JSON")
-    p.add_argument("--factors", type=int, default=64)
-    p.add_argument("--alpha", type=float, default=1.0, help="confidence of an observed interaction")
-    p.add_argument("--reg", type=float, default=5.0, help="L2 regularisation")
-    p.add_argument("--iterations", type=int, default=10, help="ALS sweeps")
-    p.add_argument("--cg-steps", type=int, default=3, help="conjugate-gradient steps per solve")
+    p.add_argument("--metrics-json", help="write the search and the evaluation here as JSON")
+    p.add_argument("--families", default="ease,ials,sasrec",
+                   help="comma-separated families to search among: ease, ials, sasrec")
+    p.add_argument("--budget-minutes", type=float, default=5.0,
+                   help="time for the search (every family's first setting runs regardless)")
+    p.add_argument("--memory-cap-mb", type=int, default=4096,
+                   help="working memory EASE may use (3 float32 item x item matrices); above it EASE is skipped")
+    p.add_argument("--ease-neighbours", type=int, default=64,
+                   help="EASE weights kept per item (largest magnitude; 0: all); the evaluation scores the pruned model")
     p.add_argument("--min-rating", type=float, default=0.0, help="positives are ratings >= this")
     p.add_argument("--holdout", type=float, default=0.2,
                    help="held-out share of each user's most recent ratings (a count when >= 1)")
     p.add_argument("--min-user-ratings", type=int, default=5, help="fewer ratings: train-only")
     p.add_argument("--k", type=int, default=10, help="cut-off of the evaluation metrics")
+    p.add_argument("--test-every-family", action="store_true",
+                   help="also score each family's best setting on the test split (reported, not used to choose)")
     p.add_argument("--retrain-all", action=argparse.BooleanOptionalAction, default=True,
                    help="retrain on all ratings for the served model (default on)")
+    p.add_argument("--history-length", type=int, default=20,
+                   help="most recent ratings per user stored for display")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--data-command", default="", help="the command that made the data, for the card")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        p.error(f"--families: unknown {unknown or 'empty'}; choose among {', '.join(FAMILIES)}")
+    args.family_list = families
+    if args.budget_minutes < 0:
+        p.error("--budget-minutes must be >= 0")
+    return args
 
 
 def main(argv=None):
@@ -378,30 +247,99 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
+    k = args.k
 
     t0 = time.time()
     user, item, rating, ts, fmt, path = load_ratings(args.ratings)
     user, item, rating, ts = order_and_dedupe(user, item, rating, ts)
     log(f"read {len(user)} ratings ({fmt}) from {path} in {time.time() - t0:.1f}s")
+    movies, movies_path = read_movies(path)
 
-    test = temporal_split(user, ts, args.holdout, args.min_user_ratings)
-    train = Interactions(user[~test], item[~test], rating[~test], args.min_rating)
-    test_pos = test & (rating >= args.min_rating)
-    log(f"split: {int((~test).sum())} train, {int(test.sum())} held out "
-        f"({int(test_pos.sum())} positives) of {len(np.unique(user[test]))} users")
-    x, y = train_ials(train, args, "train split")
-    metrics = evaluate(train, user[test_pos], item[test_pos], x, y, args.k)
-    table = format_table(metrics, args.k)
+    families = list(args.family_list)
+    n_items_all = len(np.unique(item))
+    notes = []
+    if "ease" in families and ease_memory_bytes(n_items_all) > args.memory_cap_mb * 2**20:
+        message = (f"EASE skipped: the catalogue has {n_items_all} items, so its item x item matrices need "
+                   f"about {ease_memory_bytes(n_items_all) / 2**20:.0f} MiB, above --memory-cap-mb "
+                   f"{args.memory_cap_mb}")
+        if families == ["ease"]:
+            raise SystemExit(message + "; choose another family (--families ials,sasrec) or raise the cap")
+        log(message + "; searching the other families")
+        notes.append(message)
+        families.remove("ease")
+
+    # Test split, then the validation split carved from the training part by the same rule
+    # (only from users who have test items, so validation measures what the test measures).
+    test = temporal_split(user, args.holdout, args.min_user_ratings)
+    has_test = np.zeros(len(user), dtype=bool)
+    test_users = np.unique(user[test])
+    has_test[np.isin(user, test_users)] = True
+    tr = ~test
+    val_in_train = temporal_split(user[tr], args.holdout, 2, eligible=has_test[tr])
+    positive = rating >= args.min_rating
+    train = Interactions(user[tr], item[tr], rating[tr], args.min_rating, ts[tr])
+    inner_rows = np.flatnonzero(tr)[~val_in_train]
+    val_rows = np.flatnonzero(tr)[val_in_train]
+    inner = Interactions(user[inner_rows], item[inner_rows], rating[inner_rows], args.min_rating, ts[inner_rows])
+    val_pos = val_rows[positive[val_rows]]
+    validation = HeldOut(inner, user[val_pos], item[val_pos])
+    test_pos = test & positive
+    test_set = HeldOut(train, user[test_pos], item[test_pos])
+    log(f"split: {len(inner_rows)} training, {len(val_rows)} validation, {int(test.sum())} test ratings; "
+        f"{len(test_users)} test users")
+
+    fitter = Fitter(args)
+    trials = search(args, fitter, inner, validation, families)
+    val_popularity = validation.popularity(k)
+    log(f"validation, most popular: recall@{k} {val_popularity[f'recall@{k}']:.4f}")
+    winner = best_of(trials, k)
+    if winner is None:
+        raise SystemExit("no family could be trained: " + "; ".join(t.get("skipped", "") for t in trials))
+    family = winner["family"]
+    log(f"winner: {family} {fmt_params(winner['params'])} "
+        f"(validation recall@{k} {winner['validation'][f'recall@{k}']:.4f})")
+
+    # The winner's settings, retrained on the whole training part, scored on the test split once.
+    scorer, _ = fitter.fit(family, train, winner["params"])
+    test_metrics = test_set.evaluate(scorer.score, k)
+    test_popularity = test_set.popularity(k)
+    rows = [(f"{FAMILIES[family][0]}: this model", test_metrics), ("most popular", test_popularity)]
+    others = {}
+    if args.test_every_family:
+        for other in families:
+            best = best_of(trials, k, other)
+            if other == family or best is None:
+                continue
+            other_scorer, _ = fitter.fit(other, train, best["params"])
+            others[other] = {"params": best["params"], "test": test_set.evaluate(other_scorer.score, k)}
+            rows.insert(len(rows) - 1, (f"{FAMILIES[other][0]}: best setting, not chosen", others[other]["test"]))
+    table = format_table(rows, k)
     print(table, flush=True)
+
+    evaluation = {
+        "model": test_metrics,
+        "popularity": test_popularity,
+        "users": int(len(test_set.users)),
+        "held_out_interactions": test_set.interactions,
+        "k": k,
+        "split": "per-user temporal hold-out",
+        "trained_on": "train split",
+        "validation": {"users": int(len(validation.users)), "held_out_interactions": validation.interactions,
+                       "popularity": val_popularity},
+    }
+    if others:
+        evaluation["other_families"] = others
+    report = {"family": family, "params": winner["params"], "search": trials, "notes": notes} | evaluation
     if args.metrics_json:
         with open(args.metrics_json, "w") as f:
-            json.dump(metrics | {"k": args.k}, f, indent=2)
+            json.dump(report, f, indent=2)
 
     if not args.out:
+        log(f"done in {fmt_clock(time.time() - t0)}")
         return
     if args.retrain_all:
-        served = Interactions(user, item, rating, args.min_rating)
-        x, y = train_ials(served, args, "all data")
+        served = Interactions(user, item, rating, args.min_rating, ts)
+        scorer, _ = fitter.fit(family, served, winner["params"])
     else:
         served = train
     config = {
@@ -409,21 +347,23 @@ def main(argv=None):
         "interface_version": INTERFACE_VERSION,
         "counts": {"users": int(served.n_users), "items": int(served.n_items),
                    "interactions": int(served.seen_indptr[-1])},
-        "factors": args.factors,
         "padding": {"id": -1, "score": "-inf"},
         "trained_on": "all" if args.retrain_all else "train-split",
+        "family": family,
         "training": {
-            "algorithm": "implicit ALS (weighted matrix factorisation), batched conjugate gradient",
-            "factors": args.factors, "alpha": args.alpha, "reg": args.reg,
-            "iterations": args.iterations, "cg_steps": args.cg_steps, "seed": args.seed,
-            "min_rating": args.min_rating, "holdout": args.holdout,
-            "min_user_ratings": args.min_user_ratings, "torch": torch.__version__,
+            "family": family, "algorithm": FAMILIES[family][0], "params": winner["params"],
+            "seed": args.seed, "min_rating": args.min_rating, "holdout": args.holdout,
+            "min_user_ratings": args.min_user_ratings, "budget_minutes": args.budget_minutes,
+            "torch": torch.__version__,
         },
-        "evaluation": metrics | {"k": args.k, "split": "per-user temporal hold-out",
-                                 "trained_on": "train split"},
-        "data": {"file": os.path.basename(path), "format": fmt, "sha256": sha256_of(path)},
+        "search": trials,
+        "notes": notes,
+        "evaluation": evaluation,
+        "history_length": args.history_length,
+        "data": {"file": os.path.basename(path), "format": fmt, "sha256": sha256_of(path),
+                 "movies": os.path.basename(movies_path) if movies_path else None},
     }
-    digest = export(served, x, y, config, args.out)
+    digest = export(served, scorer, config, movies, args.out, args.history_length)
     log(f"exported {args.out} (sha256 {digest[:16]}...)")
     card = args.card or os.path.splitext(args.out)[0] + ".md"
     own_args = []
@@ -434,8 +374,8 @@ def main(argv=None):
             continue
         own_args.append(a)
     command = "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/recsys/train.py " + shlex.join(own_args)
-    write_card(card, config, table, command, args.data_command)
-    log(f"wrote {card}")
+    write_card(card, config, table, command, args.data_command, FAMILIES)
+    log(f"wrote {card}; done in {fmt_clock(time.time() - t0)}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ import {
   generateRequestSchema,
   generateResponseSchema,
   healthResponseSchema,
+  historyQuerySchema,
+  historyResponseSchema,
+  moviesQuerySchema,
+  moviesResponseSchema,
   recommendPathSchema,
   recommendQuerySchema,
   recommendResponseSchema,
@@ -127,6 +131,8 @@ export function recsysOpenApi(options: OpenApiOptions = {}): object {
   const limited = options.rateLimited === false ? {} : RATE_LIMITED;
   const userId = (recommendPathSchema.properties as Record<string, JsonSchema>)["user_id"]!;
   const k = (recommendQuerySchema.properties as Record<string, JsonSchema>)["k"]!;
+  const ids = (moviesQuerySchema.properties as Record<string, JsonSchema>)["ids"]!;
+  const n = (historyQuerySchema.properties as Record<string, JsonSchema>)["n"]!;
   return document(
     "Recommendations",
     {
@@ -145,8 +151,38 @@ export function recsysOpenApi(options: OpenApiOptions = {}): object {
           },
         },
       },
+      "/movies": {
+        get: {
+          summary: "Titles and genres of movies (read-only, for display).",
+          operationId: "movies",
+          parameters: [
+            // Comma-separated (`form` style, not exploded): ?ids=1,2,3.
+            { name: "ids", in: "query", required: true, style: "form", explode: false, schema: ids, description: ids["description"] },
+          ],
+          responses: {
+            "200": { description: "One entry per id, in the order asked.", content: json(ref("MoviesResponse")) },
+            ...limited,
+            ...COMMON_ERRORS,
+          },
+        },
+      },
+      "/users/{user_id}/history": {
+        get: {
+          summary: "A user's most recent ratings stored with the model (read-only, for display).",
+          operationId: "userHistory",
+          parameters: [
+            { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
+            { name: "n", in: "query", required: false, schema: n, description: n["description"] },
+          ],
+          responses: {
+            "200": { description: "Newest first; empty for an unknown user.", content: json(ref("HistoryResponse")) },
+            ...limited,
+            ...COMMON_ERRORS,
+          },
+        },
+      },
     },
-    { RecommendResponse: recommendResponseSchema },
+    { RecommendResponse: recommendResponseSchema, MoviesResponse: moviesResponseSchema, HistoryResponse: historyResponseSchema },
     limited,
   );
 }

@@ -122,6 +122,81 @@ export const recommendResponseSchema = deepFreeze({
   },
 });
 
+/** Most movie ids one GET /movies asks for, and most ratings one history returns. */
+export const MOVIE_IDS_MAX = 100;
+export const HISTORY_N_MAX = 100;
+
+/** Query of GET /movies: `ids` is a comma-separated list, split before validation. */
+export const moviesQuerySchema = deepFreeze({
+  title: "MoviesQuery",
+  type: "object",
+  required: ["ids"],
+  properties: {
+    ids: {
+      type: "array",
+      minItems: 1,
+      maxItems: MOVIE_IDS_MAX,
+      items: { type: "integer", minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER },
+      description: `Raw movie ids, comma-separated (1 to ${MOVIE_IDS_MAX}).`,
+    },
+  },
+});
+
+const movieProperties = {
+  title: { type: ["string", "null"], description: "Null when the checkpoint has no title for the id." },
+  genres: { type: "array", items: { type: "string" } },
+};
+
+export const moviesResponseSchema = deepFreeze({
+  title: "MoviesResponse",
+  type: "object",
+  required: ["movies"],
+  properties: {
+    movies: {
+      type: "array",
+      description: "One entry per requested id, in the order asked.",
+      items: {
+        type: "object",
+        required: ["id", "title", "genres"],
+        properties: { id: { type: "integer" }, ...movieProperties },
+      },
+    },
+  },
+});
+
+/** Query of GET /users/{user_id}/history. */
+export const historyQuerySchema = deepFreeze({
+  title: "HistoryQuery",
+  type: "object",
+  properties: {
+    n: { type: "integer", minimum: 1, maximum: HISTORY_N_MAX, default: 20, description: "Most ratings returned." },
+  },
+});
+
+export const historyResponseSchema = deepFreeze({
+  title: "HistoryResponse",
+  type: "object",
+  required: ["user_id", "known", "ratings"],
+  properties: {
+    user_id: { type: "integer" },
+    known: { type: "boolean", description: "False for a user the model does not know (no ratings)." },
+    ratings: {
+      type: "array",
+      description: "The user's most recent ratings stored with the model, newest first.",
+      items: {
+        type: "object",
+        required: ["movie_id", "rating", "timestamp", "title", "genres"],
+        properties: {
+          movie_id: { type: "integer" },
+          rating: { type: "number" },
+          timestamp: { type: "integer", description: "Unix seconds." },
+          ...movieProperties,
+        },
+      },
+    },
+  },
+});
+
 export const validationErrorSchema = deepFreeze({
   title: "ValidationError",
   description: "422: every violation found, FastAPI-style.",

@@ -5,7 +5,14 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import { ServingError } from "../errors.js";
 import type { GenerateRequest } from "../types.js";
-import { generateRequestSchema, recommendPathSchema, recommendQuerySchema, type JsonSchema } from "./schemas.js";
+import {
+  generateRequestSchema,
+  historyQuerySchema,
+  moviesQuerySchema,
+  recommendPathSchema,
+  recommendQuerySchema,
+  type JsonSchema,
+} from "./schemas.js";
 
 /** One violation, as listed under `detail` in a 422 body. */
 export interface ValidationIssue {
@@ -23,6 +30,8 @@ const compile = (schema: JsonSchema): ValidateFunction => ajv.compile(schema as 
 const validateGenerate = compile(generateRequestSchema);
 const validateRecommendPath = compile(recommendPathSchema);
 const validateRecommendQuery = compile(recommendQuerySchema);
+const validateMoviesQuery = compile(moviesQuerySchema);
+const validateHistoryQuery = compile(historyQuerySchema);
 
 interface GenerateWire {
   prompt: string;
@@ -50,12 +59,39 @@ export function parseRecommendRequest(
   params: Record<string, unknown>,
   query: Record<string, unknown>,
 ): { userId: number; k: number } {
+  const { userId, value } = parseUserAndInteger(params, query, "k", validateRecommendQuery);
+  return { userId, k: value };
+}
+
+/** Validates GET /movies?ids=1,2,3: each comma-separated piece must be an integer. */
+export function parseMoviesRequest(query: Record<string, unknown>): { ids: number[] } {
+  const raw = query["ids"];
+  const ids = typeof raw === "string" ? raw.split(",").map(integerOrRaw) : raw;
+  return check<{ ids: number[] }>(validateMoviesQuery, ids === undefined ? {} : { ids }, "query");
+}
+
+/** Validates GET /users/{user_id}/history?n=. */
+export function parseHistoryRequest(
+  params: Record<string, unknown>,
+  query: Record<string, unknown>,
+): { userId: number; n: number } {
+  const { userId, value } = parseUserAndInteger(params, query, "n", validateHistoryQuery);
+  return { userId, n: value };
+}
+
+/** A `user_id` path parameter and one optional integer query parameter, issues of both listed together. */
+function parseUserAndInteger(
+  params: Record<string, unknown>,
+  query: Record<string, unknown>,
+  name: string,
+  validateQuery: ValidateFunction,
+): { userId: number; value: number } {
   const issues: ValidationIssue[] = [];
   const path = tryCheck<{ user_id: number }>(validateRecommendPath, { user_id: integerOrRaw(params["user_id"]) }, "path", issues);
-  const rawK = query["k"];
-  const q = tryCheck<{ k: number }>(validateRecommendQuery, rawK === undefined ? {} : { k: integerOrRaw(rawK) }, "query", issues);
+  const raw = query[name];
+  const q = tryCheck<Record<string, number>>(validateQuery, raw === undefined ? {} : { [name]: integerOrRaw(raw) }, "query", issues);
   if (path === undefined || q === undefined) throw invalid(issues);
-  return { userId: path.user_id, k: q.k };
+  return { userId: path.user_id, value: q[name]! };
 }
 
 /** A 422 error carrying its issues. */
@@ -108,6 +144,10 @@ function toIssue(error: ErrorObject, where: Location): ValidationIssue {
       return { loc, msg: `String should have at least ${limit} character${limit === 1 ? "" : "s"}`, type: "string_too_short" };
     case "maxLength":
       return { loc, msg: `String should have at most ${limit} characters`, type: "string_too_long" };
+    case "minItems":
+      return { loc, msg: `List should have at least ${limit} item${limit === 1 ? "" : "s"}`, type: "too_short" };
+    case "maxItems":
+      return { loc, msg: `List should have at most ${limit} items`, type: "too_long" };
     case "minimum":
       return { loc, msg: `Input should be greater than or equal to ${limit}`, type: "greater_than_equal" };
     case "maximum":

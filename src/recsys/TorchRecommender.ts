@@ -60,6 +60,27 @@ export interface RecommenderStats {
   fallbacks: Record<FallbackReason, number>;
 }
 
+/** A catalogue entry from the checkpoint's movies.json; unknown ids have a null title. */
+export interface MovieInfo {
+  id: number;
+  title: string | null;
+  genres: string[];
+}
+
+/** One of a user's most recent ratings, as stored in the checkpoint (newest first). */
+export interface RatingEvent {
+  movieId: number;
+  rating: number;
+  /** Unix seconds, as in ratings.csv. */
+  timestamp: number;
+}
+
+export interface UserHistory {
+  /** False for a user the model does not know: no ratings to show. */
+  known: boolean;
+  ratings: RatingEvent[];
+}
+
 /** Contents of the checkpoint's config.json that the server relies on. */
 export interface RecommenderConfig {
   format: string;
@@ -96,6 +117,9 @@ export class TorchRecommender implements Recommender {
   readonly #userIndex: Map<number, number>;
   readonly #popular: number[];
   readonly #itemCount: number;
+  readonly #movies: Map<number, { title: string; genres: string[] }>;
+  /** Whether the module stores recent history (`history_length` in config.json). */
+  readonly #hasHistory: boolean;
   readonly #batcher: Batcher<Query, number[]>;
   readonly #latencyBudgetMs: number | null;
   readonly #logger: RecommenderLogger | undefined;
@@ -117,6 +141,7 @@ export class TorchRecommender implements Recommender {
     config: RecommenderConfig,
     userIds: BigInt64Array,
     popular: BigInt64Array,
+    movies: Map<number, { title: string; genres: string[] }>,
     options: TorchRecommenderOptions,
   ) {
     this.#module = module;
@@ -125,6 +150,8 @@ export class TorchRecommender implements Recommender {
     userIds.forEach((id, index) => this.#userIndex.set(Number(id), index));
     this.#popular = Array.from(popular, Number);
     this.#itemCount = config.counts.items;
+    this.#movies = movies;
+    this.#hasHistory = Number.isSafeInteger(config["history_length"]);
     const budget = options.latencyBudgetMs === undefined ? DEFAULTS.latencyBudgetMs : options.latencyBudgetMs;
     this.#latencyBudgetMs = budget === null || !Number.isFinite(budget) ? null : budget;
     this.#logger = options.logger;
@@ -149,7 +176,7 @@ export class TorchRecommender implements Recommender {
     try {
       module = await addon.loadModule(path, {
         device: options.device ?? DEFAULTS.device,
-        extraFiles: ["config.json"],
+        extraFiles: ["config.json", "movies.json"],
         threads: options.threads ?? DEFAULTS.threads,
       });
     } catch (err) {
@@ -162,6 +189,7 @@ export class TorchRecommender implements Recommender {
   static async fromModule(module: RawModule, options: TorchRecommenderOptions = {}): Promise<TorchRecommender> {
     try {
       const config = parseConfig(module.extraFiles["config.json"]);
+      const movies = parseMovies(module.extraFiles["movies.json"]);
       const version = await module.run("interface_version", []);
       if (version !== RECOMMENDER_INTERFACE_VERSION) {
         throw interfaceError(`module interface_version() is ${String(version)}, expected ${RECOMMENDER_INTERFACE_VERSION}`);
@@ -189,7 +217,7 @@ export class TorchRecommender implements Recommender {
           }
         }
       }
-      return new TorchRecommender(module, config, userIds, popular, options);
+      return new TorchRecommender(module, config, userIds, popular, movies, options);
     } catch (err) {
       await module.dispose().catch(() => undefined);
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -202,6 +230,54 @@ export class TorchRecommender implements Recommender {
 
   get itemCount(): number {
     return this.#itemCount;
+  }
+
+  /** Whether the checkpoint carries titles (a movies.csv sat beside the ratings it was trained on). */
+  get hasTitles(): boolean {
+    return this.#movies.size > 0;
+  }
+
+  /** Titles and genres of raw movie ids, in the order asked; unknown ids have a null title. */
+  movies(ids: readonly number[]): MovieInfo[] {
+    return ids.map((id) => {
+      const movie = this.#movies.get(id);
+      return { id, title: movie?.title ?? null, genres: movie ? [...movie.genres] : [] };
+    });
+  }
+
+  /**
+   * A known user's `n` most recent ratings stored in the checkpoint, newest first (one
+   * module call, not batched: a page view, not the hot path). Unknown users and checkpoints
+   * without stored history give none.
+   */
+  async history(userId: number, n: number): Promise<UserHistory> {
+    if (this.#disposing) throw new ServingError("ERR_DISPOSED", "the recommender has been disposed");
+    if (!Number.isSafeInteger(userId)) {
+      throw new ServingError("ERR_INVALID_ARGUMENT", `userId must be an integer, got ${userId}`);
+    }
+    if (!Number.isSafeInteger(n) || n < 0) {
+      throw new ServingError("ERR_INVALID_ARGUMENT", `n must be an integer >= 0, got ${n}`);
+    }
+    const index = this.#userIndex.get(userId);
+    if (index === undefined) return { known: false, ratings: [] };
+    if (!this.#hasHistory || n === 0) return { known: true, ratings: [] };
+    let value: RawValue;
+    try {
+      value = await this.#module.run("history", [index, n]);
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
+    }
+    if (!Array.isArray(value) || value.length !== 3 || !value.every(isTensor)) {
+      throw new ServingError("ERR_INFERENCE", "history() must return (ids, ratings, timestamps) tensors");
+    }
+    const [ids, ratings, times] = value as RawTensor[];
+    const idData = ids!.data as BigInt64Array;
+    const ratingData = ratings!.data as Float32Array;
+    const timeData = times!.data as BigInt64Array;
+    return {
+      known: true,
+      ratings: Array.from(idData, (id, j) => ({ movieId: Number(id), rating: ratingData[j]!, timestamp: Number(timeData[j]) })),
+    };
   }
 
   /** Counters since load, for metrics. */
@@ -404,6 +480,28 @@ function parseConfig(text: string | undefined): RecommenderConfig {
     throw interfaceError("config.json counts.users / counts.items are missing");
   }
   return config;
+}
+
+/** movies.json: {"<raw id>": {"title", "genres"}}; absent in checkpoints trained without movies.csv. */
+function parseMovies(text: string | undefined): Map<number, { title: string; genres: string[] }> {
+  const movies = new Map<number, { title: string; genres: string[] }>();
+  if (text === undefined) return movies;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw interfaceError(`movies.json is not JSON (${(err as Error).message})`);
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+    throw interfaceError("movies.json must be an object keyed by raw movie id");
+  }
+  for (const [key, entry] of Object.entries(parsed as Record<string, { title?: unknown; genres?: unknown }>)) {
+    const id = Number(key);
+    if (!Number.isSafeInteger(id) || typeof entry?.title !== "string") continue;
+    const genres = Array.isArray(entry.genres) ? entry.genres.filter((g): g is string => typeof g === "string") : [];
+    movies.set(id, { title: entry.title, genres });
+  }
+  return movies;
 }
 
 function isTensor(value: RawValue): value is RawTensor {

@@ -71,7 +71,14 @@ describe("GET /openapi.json", function () {
     const running = await listen(createRecsysApp({ recommend: () => ({ items: [1, 2], fallback: false }) }, { rateLimiter: new RecordingLimiter() }));
     toClose.push(running);
     const doc = (await (await fetch(`${running.base}/openapi.json`)).json()) as Document;
-    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/health", "/metrics", "/openapi.json", "/recommend/{user_id}"]);
+    expect(Object.keys(doc.paths).sort()).to.deep.equal([
+      "/health",
+      "/metrics",
+      "/movies",
+      "/openapi.json",
+      "/recommend/{user_id}",
+      "/users/{user_id}/history",
+    ]);
     const get = doc.paths["/recommend/{user_id}"]!["get"]!;
     const byName = Object.fromEntries(get.parameters!.map((p) => [p.name, p]));
     expect(byName["user_id"]).to.deep.include({ in: "path", required: true });
@@ -81,5 +88,21 @@ describe("GET /openapi.json", function () {
     expect(Object.keys(get.responses)).to.include.members(["200", "422", "429", "503"]);
     const body = await (await fetch(`${running.base}/recommend/4?k=2`)).json();
     expect(validatorFor(doc, "RecommendResponse")(body)).to.equal(true);
+  });
+
+  it("recsys app: the read-only display routes /movies and /users/{user_id}/history", async () => {
+    const running = await listen(createRecsysApp({ recommend: () => ({ items: [1, 2], fallback: false }) }, { rateLimiter: new RecordingLimiter() }));
+    toClose.push(running);
+    const doc = (await (await fetch(`${running.base}/openapi.json`)).json()) as Document;
+    const movies = doc.paths["/movies"]!["get"]!;
+    expect(movies.parameters![0]).to.deep.include({ name: "ids", in: "query", required: true });
+    expect(movies.parameters![0]!.schema).to.deep.include({ type: "array", minItems: 1, maxItems: 100 });
+    expect(Object.keys(movies.responses)).to.include.members(["200", "422", "429"]);
+    const history = doc.paths["/users/{user_id}/history"]!["get"]!;
+    expect(history.parameters!.map((p) => [p.name, p.in])).to.deep.equal([["user_id", "path"], ["n", "query"]]);
+    expect(Object.keys(history.responses)).to.include.members(["200", "422", "429", "503"]);
+    // Without a catalogue the answers still fit their documented shapes.
+    expect(validatorFor(doc, "MoviesResponse")(await (await fetch(`${running.base}/movies?ids=3,4`)).json())).to.equal(true);
+    expect(validatorFor(doc, "HistoryResponse")(await (await fetch(`${running.base}/users/3/history`)).json())).to.equal(true);
   });
 });

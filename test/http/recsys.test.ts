@@ -1,9 +1,11 @@
 /** The recommendation app: GET /recommend/:user_id?k=, its validation, lifespan and metrics. */
 import { expect } from "chai";
+import type { RecommenderCatalogue } from "../../src/http/createRecsysApp.js";
 import { createRecsysApp } from "../../src/http/index.js";
 import type { Recommendation, Recommender } from "../../src/types.js";
 import { deferred } from "../helpers/deferred.js";
 import { listen, type Running, type ValidationBody } from "../helpers/http.js";
+import { RecordingLimiter } from "../helpers/limiters.js";
 import { scrape, valueOf } from "../helpers/metrics.js";
 
 /** Returns k items derived from the user; records its calls. */
@@ -150,5 +152,113 @@ describe("GET /recommend/:user_id", function () {
     await stopping;
     await app.start();
     expect((await fetch(`${running.base}/recommend/1`)).status).to.equal(200);
+  });
+});
+
+/** A recommender with a two-movie catalogue and one known user's history; records calls. */
+class CatalogueRecommender extends RecordingRecommender implements RecommenderCatalogue {
+  readonly historyCalls: [number, number][] = [];
+  movies(ids: readonly number[]) {
+    const known: Record<number, { title: string; genres: string[] }> = {
+      1: { title: "Toy Story (1995)", genres: ["Animation", "Children"] },
+      2: { title: "Heat, Part 2 (1995)", genres: [] },
+    };
+    return ids.map((id) => ({ id, title: known[id]?.title ?? null, genres: known[id]?.genres ?? [] }));
+  }
+  async history(userId: number, n: number) {
+    this.historyCalls.push([userId, n]);
+    if (userId !== 7) return { known: false, ratings: [] };
+    const all = [
+      { movieId: 2, rating: 4.5, timestamp: 1_600_000_000 },
+      { movieId: 9, rating: 3, timestamp: 1_500_000_000 },
+    ];
+    return { known: true, ratings: all.slice(0, n) };
+  }
+}
+
+describe("GET /movies and GET /users/:user_id/history (display routes)", function () {
+  let running: Running | undefined;
+  afterEach(async () => {
+    await running?.close();
+    running = undefined;
+  });
+
+  async function start(r: Recommender, limiter?: RecordingLimiter): Promise<string> {
+    running = await listen(createRecsysApp(r, { rateLimiter: limiter ?? null }));
+    return running.base;
+  }
+
+  it("answers titles and genres in the order asked, null for unknown ids", async () => {
+    const base = await start(new CatalogueRecommender());
+    const response = await fetch(`${base}/movies?ids=2,5,1,2`);
+    expect(response.status).to.equal(200);
+    expect(await response.json()).to.deep.equal({
+      movies: [
+        { id: 2, title: "Heat, Part 2 (1995)", genres: [] },
+        { id: 5, title: null, genres: [] },
+        { id: 1, title: "Toy Story (1995)", genres: ["Animation", "Children"] },
+        { id: 2, title: "Heat, Part 2 (1995)", genres: [] },
+      ],
+    });
+  });
+
+  const invalidIds: [string, (string | number)[]][] = [
+    ["", ["query", "ids"]],
+    ["ids=", ["query", "ids", 0]],
+    ["ids=1,x,3", ["query", "ids", 1]],
+    ["ids=1,,3", ["query", "ids", 1]],
+    ["ids=1.5", ["query", "ids", 0]],
+    [`ids=${Array.from({ length: 101 }, (_, i) => i).join(",")}`, ["query", "ids"]],
+  ];
+  for (const [query, loc] of invalidIds) {
+    it(`/movies?${query.slice(0, 20)} -> 422 at ${loc.join(".")}`, async () => {
+      const base = await start(new CatalogueRecommender());
+      const response = await fetch(`${base}/movies?${query}`);
+      expect(response.status).to.equal(422);
+      const body = (await response.json()) as ValidationBody;
+      expect(body.detail.map((d) => d.loc)).to.deep.include(loc);
+    });
+  }
+
+  it("answers a known user's recent ratings with titles, newest first; n defaults to 20", async () => {
+    const recommender = new CatalogueRecommender();
+    const base = await start(recommender);
+    expect(await (await fetch(`${base}/users/7/history`)).json()).to.deep.equal({
+      user_id: 7,
+      known: true,
+      ratings: [
+        { movie_id: 2, rating: 4.5, timestamp: 1_600_000_000, title: "Heat, Part 2 (1995)", genres: [] },
+        { movie_id: 9, rating: 3, timestamp: 1_500_000_000, title: null, genres: [] },
+      ],
+    });
+    expect(((await (await fetch(`${base}/users/7/history?n=1`)).json()) as { ratings: unknown[] }).ratings).to.have.lengthOf(1);
+    expect(await (await fetch(`${base}/users/8/history`)).json()).to.deep.equal({ user_id: 8, known: false, ratings: [] });
+    expect(recommender.historyCalls).to.deep.equal([[7, 20], [7, 1], [8, 20]]);
+  });
+
+  it("validates user_id and n together (422), without calling the recommender", async () => {
+    const recommender = new CatalogueRecommender();
+    const base = await start(recommender);
+    const body = (await (await fetch(`${base}/users/x/history?n=101`)).json()) as ValidationBody;
+    expect(body.detail.map((d) => d.loc)).to.deep.equal([["path", "user_id"], ["query", "n"]]);
+    expect((await fetch(`${base}/users/1/history?n=0`)).status).to.equal(422);
+    expect(recommender.historyCalls).to.deep.equal([]);
+  });
+
+  it("a recommender without a catalogue gives null titles and no history", async () => {
+    const base = await start(new RecordingRecommender());
+    expect(await (await fetch(`${base}/movies?ids=1`)).json()).to.deep.equal({ movies: [{ id: 1, title: null, genres: [] }] });
+    expect(await (await fetch(`${base}/users/1/history`)).json()).to.deep.equal({ user_id: 1, known: false, ratings: [] });
+  });
+
+  it("both routes are rate limited like /recommend", async () => {
+    const limiter = new RecordingLimiter();
+    const base = await start(new CatalogueRecommender(), limiter);
+    limiter.decide = () => false;
+    for (const path of ["/movies?ids=1", "/users/7/history", "/recommend/7"]) {
+      const response = await fetch(`${base}${path}`);
+      expect(response.status, path).to.equal(429);
+      expect(response.headers.get("retry-after")).to.equal("1");
+    }
   });
 });

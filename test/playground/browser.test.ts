@@ -366,8 +366,15 @@ describe("playground in a headless browser", function () {
 
     /** The table's rows as [rank, movie id] texts. */
     async function rows(page: Page): Promise<string[][]> {
-      const cells = await page.locator("#items tbody td").allInnerTexts();
-      return Array.from({ length: cells.length / 2 }, (_, row) => cells.slice(row * 2, row * 2 + 2));
+      return (await table(page, "#items")).map((row) => row.slice(0, 2));
+    }
+
+    /** A table's body rows as cell texts. */
+    async function table(page: Page, selector: string): Promise<string[][]> {
+      const body = page.locator(`${selector} tbody tr`);
+      const out: string[][] = [];
+      for (let i = 0; i < (await body.count()); i++) out.push(await body.nth(i).locator("td").allInnerTexts());
+      return out;
     }
 
     it("shows a known user's movies with their ranks, not a fallback, and the latency", async () => {
@@ -383,6 +390,20 @@ describe("playground in a headless browser", function () {
       expect(await text(page, "#stat-count")).to.equal("5");
       expect(await text(page, "#stat-latency")).to.match(/^(\d+ ms|\d+\.\d\d s) \(round trip\)$/);
       expect(new URL(page.url()).search).to.equal("?user=1&k=5");
+      // Titles and genres from the checkpoint's catalogue (the demo data has a movies.csv).
+      const movies = recommender.movies(expected.items);
+      expect(movies.every((movie) => movie.title !== null)).to.equal(true);
+      expect((await table(page, "#items")).map((row) => row.slice(2))).to.deep.equal(
+        movies.map((movie) => [movie.title, movie.genres.join(", ")]),
+      );
+      // The user's most recent ratings, newest first, with their titles.
+      const history = await recommender.history(1, 10);
+      expect(history.ratings.length).to.be.greaterThan(0);
+      const shown = await table(page, "#history");
+      expect(shown.map((row) => row[2])).to.deep.equal(recommender.movies(history.ratings.map((r) => r.movieId)).map((m) => m.title));
+      expect(shown.map((row) => row[1])).to.deep.equal(history.ratings.map((r) => `${r.rating}★`));
+      expect(shown[0]![0]).to.equal(new Date(history.ratings[0]!.timestamp * 1000).toISOString().slice(0, 10));
+      expect(await text(page, "#history-summary")).to.equal(`The ${history.ratings.length} most recent ratings of user 1, newest first.`);
       await screenshot(page, "recsys-known-desktop");
     });
 
@@ -395,6 +416,9 @@ describe("playground in a headless browser", function () {
       expect(await rows(page)).to.deep.equal(expected.items.map((item, index) => [String(index + 1), String(item)]));
       expect(await text(page, "#summary")).to.equal("User 999999: fallback (the most popular movies), not personalised.");
       expect(await text(page, "#stat-source")).to.equal("Fallback");
+      expect((await table(page, "#items")).map((row) => row[2])).to.deep.equal(recommender.movies(expected.items).map((m) => m.title));
+      expect(await table(page, "#history")).to.deep.equal([]);
+      expect(await text(page, "#history-summary")).to.equal("User 999999 is not in the model's data: no ratings to show.");
       await screenshot(page, "recsys-fallback-phone");
     });
 

@@ -229,7 +229,7 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
     try {
       expect(addon.loads).to.have.lengthOf(1);
       expect(addon.loads[0]!.options).to.include({ device: "cpu" });
-      expect(addon.loads[0]!.options.extraFiles).to.deep.equal(["config.json"]);
+      expect(addon.loads[0]!.options.extraFiles).to.deep.equal(["config.json", "movies.json"]);
       expect(await rec.recommend(USER_IDS[0]!, 2)).to.deep.equal({ items: expectedTopK(0, 2), fallback: false });
     } finally {
       await rec.dispose();
@@ -269,5 +269,44 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
       await rec.dispose();
       expect(addon.loads[0]!.options.device).to.equal(device);
     }
+  });
+});
+
+describe("TorchRecommender display data (movies.json, history)", () => {
+  it("reads titles from movies.json; a checkpoint without it or without history gives none", async () => {
+    const module = new FakeRecommenderModule();
+    module.extraFiles["movies.json"] = JSON.stringify({ "10": { title: "Heat, Part 2 (1995)", genres: ["Crime"] }, "x": { title: "bad id" } });
+    const rec = await TorchRecommender.fromModule(module);
+    try {
+      expect(rec.hasTitles).to.equal(true);
+      expect(rec.movies([10, 20])).to.deep.equal([
+        { id: 10, title: "Heat, Part 2 (1995)", genres: ["Crime"] },
+        { id: 20, title: null, genres: [] },
+      ]);
+      // CONFIG has no history_length: an older checkpoint, so no module call is tried.
+      expect(await rec.history(USER_IDS[0]!, 5)).to.deep.equal({ known: true, ratings: [] });
+      expect(await rec.history(999, 5)).to.deep.equal({ known: false, ratings: [] });
+      try {
+        await rec.history(1.5, 5);
+        expect.fail("accepted a fractional user id");
+      } catch (err) {
+        expect((err as ServingError).code).to.equal("ERR_INVALID_ARGUMENT");
+      }
+    } finally {
+      await rec.dispose();
+    }
+  });
+
+  it("refuses a checkpoint whose movies.json is not JSON", async () => {
+    const module = new FakeRecommenderModule();
+    module.extraFiles["movies.json"] = "{not json";
+    try {
+      await TorchRecommender.fromModule(module);
+      expect.fail("loaded a broken movies.json");
+    } catch (err) {
+      expect((err as ServingError).code).to.equal("ERR_CHECKPOINT_INTERFACE");
+      expect((err as Error).message).to.contain("movies.json is not JSON");
+    }
+    expect(module.disposed).to.equal(1);
   });
 });

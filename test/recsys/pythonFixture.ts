@@ -23,11 +23,25 @@ export async function runPython(args: string[]): Promise<{ stdout: string; stder
   });
 }
 
+export interface SearchTrial {
+  family: string;
+  params: Record<string, number>;
+  validation?: Record<string, number>;
+  skipped?: string;
+  seconds?: number;
+}
+
+/** train.py --metrics-json: the search, the winner and its test evaluation. */
 export interface EvalMetrics {
   k: number;
   users: number;
+  family: string;
+  params: Record<string, number>;
+  search: SearchTrial[];
+  notes: string[];
   model: Record<string, number>;
   popularity: Record<string, number>;
+  validation: { users: number; popularity: Record<string, number> };
 }
 
 export interface TrainedFixture {
@@ -63,11 +77,13 @@ async function build(): Promise<TrainedFixture> {
   await runPython(["scripts/recsys/synth_movielens.py", "--out", dir, "--preset", "small", "--seed", "3"]);
   const checkpoint = join(dir, "model.pt");
   const metricsPath = join(dir, "metrics.json");
+  // Budget 0: every family's first setting only (SASRec: one epoch), so this takes seconds.
   const { stdout } = await runPython([
     "scripts/recsys/train.py",
     "--ratings", join(dir, "ratings.csv"),
     "--out", checkpoint,
     "--metrics-json", metricsPath,
+    "--budget-minutes", "0",
   ]);
   const ratingsCsv = join(dir, "ratings.csv");
   return {
