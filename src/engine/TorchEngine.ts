@@ -36,6 +36,16 @@ export interface TorchEngineOptions {
    * and for testing every family on one machine.
    */
   kernels?: KernelFamilyCap;
+  /**
+   * Memory for the TorchScript runtime's KV cache, in MiB: its rows are the streams that can
+   * decode together. Default: 256 on the CPU, half the free device memory on CUDA.
+   */
+  kvBudgetMb?: number;
+  /**
+   * Tokens one decode step may feed (docs/operations.md "Scheduling"): running streams'
+   * decodes first, then prompts in chunks, oldest first. Default 256; 0: prompts unchunked.
+   */
+  stepTokens?: number;
 }
 
 export class TorchEngine implements TextGenerationEngine {
@@ -74,6 +84,8 @@ export class TorchEngine implements TextGenerationEngine {
         kernels: options.kernels ?? "auto",
         dtype: checkpointDtype(config),
         modelConfig: config.raw,
+        ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
+        ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
       });
       return new TorchEngine(model, config, tokenizer, runtime, note, kernels);
     } catch (err) {
@@ -249,7 +261,8 @@ export function defaultThreads(): number {
  * Builds the engine from the environment, read by the server's one reader
  * (src/server/config.ts): SERVICE_CKPT (required), SERVICE_DEVICE (default "cpu"),
  * SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
- * (default "auto"), SERVICE_KERNELS (default "auto").
+ * (default "auto"), SERVICE_KERNELS (default "auto"), SERVICE_KV_BUDGET_MB and
+ * SERVICE_STEP_TOKENS (defaults: the engine's).
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const settings = readEngineEnv(env);
@@ -260,6 +273,6 @@ export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env):
         "for example SERVICE_CKPT=models/brown-gpt.pt",
     );
   }
-  const { checkpoint, device, threads, runtime, kernels } = settings;
-  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels });
+  const { checkpoint, device, threads, runtime, kernels, kvBudgetMb, stepTokens } = settings;
+  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, kvBudgetMb, stepTokens });
 }

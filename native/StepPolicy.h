@@ -1,0 +1,40 @@
+// Which rows feed how many tokens in one step: the chunked-prefill policy of the decode
+// loop (docs/operations.md "Scheduling"). Every decoding row feeds its one token; the rest
+// of the step's token budget goes to rows still feeding a prompt (or re-feeding their
+// window at the context end), oldest admission first, in chunks. A long prompt is thus
+// spread over several steps instead of stalling every running stream for its whole
+// prefill, and a prompt admitted later cannot overtake an earlier one. As in vLLM's
+// chunked prefill (decodes first, then prefill chunks under max_num_batched_tokens) and
+// TGI's max_batch_prefill_tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tsn {
+
+struct StepDemand {
+  int64_t pending = 0;   // tokens the row still has to feed before it samples (1: decoding)
+  uint64_t arrival = 0;  // admission order: smaller is older
+};
+
+class StepPolicy {
+ public:
+  // stepTokens <= 0: no budget (every row feeds all it has: unchunked prefill).
+  explicit StepPolicy(int64_t stepTokens);
+
+  // Tokens each row feeds this step (same order as `rows`); 0: the row waits. At least one
+  // row feeds when any row has something pending, so the loop always progresses.
+  std::vector<int64_t> Plan(const std::vector<StepDemand>& rows) const;
+
+  int64_t stepTokens() const { return stepTokens_; }
+
+  // The smallest chunk a prefilling row is given while decodes fill the budget, so that
+  // prompts still progress when many streams are decoding.
+  static constexpr int64_t kMinChunk = 16;
+
+ private:
+  int64_t stepTokens_;
+};
+
+}  // namespace tsn
