@@ -100,6 +100,7 @@ DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
   if (decode.stepTokens < 0) {
     throw CodedError(ErrorCode::kInvalidArgument, "configure(): stepTokens must be >= 0 (0: unchunked prefill)");
   }
+  decode.prefillPerDecode = IntField(settings, "prefillPerDecode", DecodeSettings::kDefaultPrefillPerDecode);
   const int64_t single = IntField(settings, "eosTokenId", -1);  // the older, one-id form
   if (single >= 0 && !decode.IsEos(single)) decode.eosTokenIds.push_back(single);
   return decode;

@@ -16,7 +16,7 @@ std::vector<int64_t> Tail(const std::vector<int64_t>& tokens, int64_t count) {
 }  // namespace
 
 Scheduler::Scheduler(Stepper& stepper, const DecodeSettings& settings)
-    : stepper_(stepper), settings_(settings), policy_(settings.stepTokens), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
+    : stepper_(stepper), settings_(settings), policy_(settings.stepTokens, settings.prefillPerDecode), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
 
 void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more) {
   const bool continuous = stepper_.AddressableSlots();

@@ -27,8 +27,11 @@ struct DecodeSettings {
   std::vector<int64_t> eosTokenIds;  // a row ends on any of them; empty: the model has none
   // Tokens one step may feed (decodes first, then prompt chunks); <= 0: unchunked prefill.
   int64_t stepTokens = kDefaultStepTokens;
+  // While rows decode, prompt tokens per decoding row in a step; <= 0: no such limit.
+  int64_t prefillPerDecode = kDefaultPrefillPerDecode;
 
   static constexpr int64_t kDefaultStepTokens = 256;
+  static constexpr int64_t kDefaultPrefillPerDecode = 2;
 
   bool IsEos(int64_t token) const {
     for (int64_t eos : eosTokenIds) {

@@ -5,7 +5,8 @@
 
 namespace tsn {
 
-StepPolicy::StepPolicy(int64_t stepTokens) : stepTokens_(stepTokens) {}
+StepPolicy::StepPolicy(int64_t stepTokens, int64_t prefillPerDecode)
+    : stepTokens_(stepTokens), prefillPerDecode_(prefillPerDecode) {}
 
 std::vector<int64_t> StepPolicy::Plan(const std::vector<StepDemand>& rows) const {
   std::vector<int64_t> feed(rows.size(), 0);
@@ -27,7 +28,9 @@ std::vector<int64_t> StepPolicy::Plan(const std::vector<StepDemand>& rows) const
   if (prefilling.empty()) return feed;
   std::stable_sort(prefilling.begin(), prefilling.end(),
                    [&](size_t a, size_t b) { return rows[a].arrival < rows[b].arrival; });
-  int64_t left = std::max(stepTokens_ - used, std::min(kMinChunk, stepTokens_));
+  int64_t left = stepTokens_ - used;
+  if (used > 0 && prefillPerDecode_ > 0) left = std::min(left, std::max(kMinChunk, prefillPerDecode_ * used));
+  left = std::max(left, std::min(kMinChunk, stepTokens_));  // prompts always progress
   for (size_t i : prefilling) {
     if (left <= 0) break;
     feed[i] = std::min(rows[i].pending, left);

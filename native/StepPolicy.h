@@ -1,7 +1,9 @@
 // Which rows feed how many tokens in one step: the chunked-prefill policy of the decode
-// loop (docs/operations.md "Scheduling"). Every decoding row feeds its one token; the rest
-// of the step's token budget goes to rows still feeding a prompt (or re-feeding their
-// window at the context end), oldest admission first, in chunks. A long prompt is thus
+// loop (docs/operations.md "Scheduling"). Every decoding row feeds its one token; prompt
+// tokens (rows still feeding a prompt, or re-feeding their window at the context end) get
+// the rest of the step's token budget, oldest admission first, in chunks, but while rows
+// decode at most `prefillPerDecode` prompt tokens per decoding row (at least kMinChunk), so
+// a step that carries a prompt chunk costs a bounded multiple of a decode-only step. A long prompt is thus
 // spread over several steps instead of stalling every running stream for its whole
 // prefill, and a prompt admitted later cannot overtake an earlier one. As in vLLM's
 // chunked prefill (decodes first, then prefill chunks under max_num_batched_tokens) and
@@ -21,7 +23,8 @@ struct StepDemand {
 class StepPolicy {
  public:
   // stepTokens <= 0: no budget (every row feeds all it has: unchunked prefill).
-  explicit StepPolicy(int64_t stepTokens);
+  // prefillPerDecode <= 0: prompts take all the budget the decodes leave.
+  StepPolicy(int64_t stepTokens, int64_t prefillPerDecode);
 
   // Tokens each row feeds this step (same order as `rows`); 0: the row waits. At least one
   // row feeds when any row has something pending, so the loop always progresses.
@@ -31,10 +34,11 @@ class StepPolicy {
 
   // The smallest chunk a prefilling row is given while decodes fill the budget, so that
   // prompts still progress when many streams are decoding.
-  static constexpr int64_t kMinChunk = 16;
+  static constexpr int64_t kMinChunk = 8;
 
  private:
   int64_t stepTokens_;
+  int64_t prefillPerDecode_;
 };
 
 }  // namespace tsn

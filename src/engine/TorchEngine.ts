@@ -46,6 +46,8 @@ export interface TorchEngineOptions {
    * decodes first, then prompts in chunks, oldest first. Default 256; 0: prompts unchunked.
    */
   stepTokens?: number;
+  /** While streams decode, prompt tokens a step may feed per decoding stream (at least 8); default 2; 0: no such limit. */
+  prefillPerDecode?: number;
 }
 
 export class TorchEngine implements TextGenerationEngine {
@@ -86,6 +88,7 @@ export class TorchEngine implements TextGenerationEngine {
         modelConfig: config.raw,
         ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
+        ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
       });
       return new TorchEngine(model, config, tokenizer, runtime, note, kernels);
     } catch (err) {

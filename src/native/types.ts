@@ -90,6 +90,11 @@ export interface RawLanguageModelSettings {
    * (SERVICE_STEP_TOKENS); default 256; 0: every prompt in one piece (unchunked prefill).
    */
   stepTokens?: number;
+  /**
+   * While streams decode, prompt tokens a step may feed per decoding stream (at least 8);
+   * default 2; 0: prompts take all of stepTokens the decodes leave.
+   */
+  prefillPerDecode?: number;
 }
 
 export type KernelFamily = "avx512" | "avx2" | "baseline";
