@@ -90,9 +90,33 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
                   decodeCounts.narrow(0, 0, decodeEnd), 0, decodeEnd),
           0);
   }
-  for (int64_t s : chunked) {
-    place(Forward(tokens.narrow(0, s, 1).narrow(1, 0, count[s]), positions.narrow(0, s, 1), counts.narrow(0, s, 1), s, 1),
-          s);
+  // Rows feeding chunks: neighbouring slots share a call while padding them to the widest
+  // costs at most twice their real tokens (a burst of new prompts lands in adjacent slots);
+  // decoding rows between them feed nothing there.
+  const at::Tensor chunkCounts = counts * (1 - decodeCounts);
+  for (size_t i = 0; i < chunked.size();) {
+    const int64_t first = chunked[i];
+    int64_t last = first, widest = count[first], real = count[first];
+    size_t j = i + 1;
+    for (; j < chunked.size(); ++j) {
+      const int64_t s = chunked[j];
+      const int64_t wider = std::max(widest, count[s]);
+      if ((s - first + 1) * wider > 2 * (real + count[s])) break;
+      last = s;
+      widest = wider;
+      real += count[s];
+    }
+    const int64_t rows = last - first + 1;
+    const at::Tensor out = Forward(tokens.narrow(0, first, rows).narrow(1, 0, widest), positions.narrow(0, first, rows),
+                                   chunkCounts.narrow(0, first, rows), first, rows);
+    if (rows == 1) {
+      place(out, first);
+    } else {
+      // Only the chunk rows' logits: decoding rows in between got theirs from the decode call.
+      if (!logits.defined()) logits = at::zeros({slots, out.size(1)}, out.options());
+      for (size_t k = i; k < j; ++k) logits[chunked[k]].copy_(out[chunked[k] - first]);
+    }
+    i = j;
   }
   if (!logits.defined()) throw CodedError(ErrorCode::kInference, "a step needs at least one row that feeds a token");
   return logits;

@@ -4,9 +4,9 @@
 // jobs batch continuously as on the native runtime. A TorchScript forward computes every
 // row it is given (padded to the widest), so a step never hands it the whole cache:
 // decoding rows go in one call over the prefix of slots that ends at the highest busy one
-// (a narrowed view of the cache, which the forward writes in place), and each row that
-// feeds a chunk of a prompt in a call of its own (a one-row view), so one long chunk does
-// not pad every decoding row to its width.
+// (a narrowed view of the cache, which the forward writes in place), and rows that feed a
+// chunk of a prompt in calls of their own over their slots (adjacent ones together when
+// padding costs little), so one long chunk does not pad every decoding row to its width.
 #pragma once
 
 #include <torch/script.h>

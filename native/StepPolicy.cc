@@ -29,7 +29,8 @@ std::vector<int64_t> StepPolicy::Plan(const std::vector<StepDemand>& rows) const
   std::stable_sort(prefilling.begin(), prefilling.end(),
                    [&](size_t a, size_t b) { return rows[a].arrival < rows[b].arrival; });
   int64_t left = stepTokens_ - used;
-  if (used > 0 && prefillPerDecode_ > 0) left = std::min(left, std::max(kMinChunk, prefillPerDecode_ * used));
+  const bool prefillBound = static_cast<double>(prefilling.size()) >= kWaitingServedRatio * static_cast<double>(used);
+  if (used > 0 && prefillPerDecode_ > 0 && !prefillBound) left = std::min(left, std::max(kMinChunk, prefillPerDecode_ * used));
   left = std::max(left, std::min(kMinChunk, stepTokens_));  // prompts always progress
   for (size_t i : prefilling) {
     if (left <= 0) break;

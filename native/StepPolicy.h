@@ -3,7 +3,10 @@
 // tokens (rows still feeding a prompt, or re-feeding their window at the context end) get
 // the rest of the step's token budget, oldest admission first, in chunks, but while rows
 // decode at most `prefillPerDecode` prompt tokens per decoding row (at least kMinChunk), so
-// a step that carries a prompt chunk costs a bounded multiple of a decode-only step. A long prompt is thus
+// a step that carries a prompt chunk costs a bounded multiple of a decode-only step. That
+// limit is lifted while the prompts in line outnumber the decoding rows by
+// kWaitingServedRatio (TGI's waiting_served_ratio): then the server is prefill-bound, and
+// holding prompts back would only lengthen everyone's time to first token. A long prompt is thus
 // spread over several steps instead of stalling every running stream for its whole
 // prefill, and a prompt admitted later cannot overtake an earlier one. As in vLLM's
 // chunked prefill (decodes first, then prefill chunks under max_num_batched_tokens) and
@@ -35,6 +38,7 @@ class StepPolicy {
   // The smallest chunk a prefilling row is given while decodes fill the budget, so that
   // prompts still progress when many streams are decoding.
   static constexpr int64_t kMinChunk = 8;
+  static constexpr double kWaitingServedRatio = 1.2;
 
  private:
   int64_t stepTokens_;

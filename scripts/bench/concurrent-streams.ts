@@ -123,7 +123,7 @@ for (const arm of arms) {
 }
 
 const bursts = new Map<Arm, Burst[]>();
-const gapRounds = new Map<Arm, Array<{ idleP50: number; loadedP99: number; loadedP50: number; longPrompts: number }>>();
+const gapRounds = new Map<Arm, Array<{ idleP50: number; idleP99: number; loadedP99: number; loadedP50: number; longPrompts: number }>>();
 const loadBefore = loadavg()[0]!;
 for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? arms : [...arms].reverse();
@@ -136,6 +136,7 @@ for (let r = 0; r < rounds; r++) {
       ...(gapRounds.get(arm.name) ?? []),
       {
         idleP50: percentile(idle.gaps, 50),
+        idleP99: percentile(idle.gaps, 99),
         loadedP50: percentile(loaded.gaps, 50),
         loadedP99: percentile(loaded.gaps, 99),
         longPrompts: loaded.longPrompts,
@@ -155,12 +156,13 @@ for (const [name, rows] of bursts) {
   console.log(`| ${name} | ${median(rows.map((x) => x.totalMs)).toFixed(0)} | ${median(rows.map((x) => median(x.firstTokenMs))).toFixed(1)} |`);
 }
 console.log(`\ngap: ${running} streams decoding; loaded = ${feeders} clients sending 2,000-character prompts back to back (median of rounds)\n`);
-console.log("| runtime | idle gap p50, ms | loaded gap p50, ms | loaded gap p99, ms | p99 loaded / p50 idle | long prompts served |");
-console.log("|---|---:|---:|---:|---:|---:|");
+console.log("| runtime | idle gap p50, ms | idle gap p99, ms | loaded gap p50, ms | loaded gap p99, ms | p99 loaded / p50 idle | p99 loaded / p99 idle | long prompts served |");
+console.log("|---|---:|---:|---:|---:|---:|---:|---:|");
 for (const [name, rows] of gapRounds) {
   const med = (f: (x: (typeof rows)[number]) => number) => median(rows.map(f));
   console.log(
-    `| ${name} | ${med((x) => x.idleP50).toFixed(2)} | ${med((x) => x.loadedP50).toFixed(2)} | ${med((x) => x.loadedP99).toFixed(2)} | ` +
-      `${med((x) => x.loadedP99 / x.idleP50).toFixed(1)}x | ${med((x) => x.longPrompts)} |`,
+    `| ${name} | ${med((x) => x.idleP50).toFixed(2)} | ${med((x) => x.idleP99).toFixed(2)} | ${med((x) => x.loadedP50).toFixed(2)} | ` +
+      `${med((x) => x.loadedP99).toFixed(2)} | ${med((x) => x.loadedP99 / x.idleP50).toFixed(1)}x | ` +
+      `${med((x) => x.loadedP99 / x.idleP99).toFixed(1)}x | ${med((x) => x.longPrompts)} |`,
   );
 }
