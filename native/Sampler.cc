@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "DeviceMemory.h"
 #include "ErrorCodes.h"
 #include "Errors.h"
 
@@ -70,17 +71,6 @@ std::vector<int64_t> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<S
     }
   }
   return out;
-}
-
-}  // namespace
-
-namespace {
-
-// A small host tensor for the device: pinned, so the copy is queued behind the step's
-// kernels instead of waiting for them (a pageable copy synchronises the stream).
-at::Tensor Upload(const at::Tensor& host, const c10::Device& device) {
-  if (!device.is_cuda()) return host.to(device);
-  return host.pin_memory().to(device, host.scalar_type(), /*non_blocking=*/true);
 }
 
 }  // namespace

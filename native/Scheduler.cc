@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "DeviceMemory.h"
 #include "ErrorCodes.h"
 
 namespace tsn {
@@ -158,7 +159,7 @@ void Scheduler::Step() {
   if (sampling.empty()) return;
   active = sampling;
   if (static_cast<int64_t>(active.size()) < count) {
-    logits = logits.index_select(0, at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong).to(logits.device()));
+    logits = logits.index_select(0, Upload(at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong), logits.device()));
   }
   std::vector<SamplingParams> params;
   std::vector<RowRandom*> randoms;

@@ -73,7 +73,7 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
   packed.select(1, width).copy_(pos);
   packed.select(1, width + 1).copy_(lengths);
   packed.select(1, width + 2).copy_(lengths.eq(1).to(at::kLong));
-  packed = packed.to(device_);
+  packed = Upload(packed, device_);
   const at::Tensor tokens = packed.narrow(1, 0, width);
   const at::Tensor positions = packed.select(1, width);
   const at::Tensor counts = packed.select(1, width + 1);
