@@ -96,6 +96,11 @@ DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
       decode.eosTokenIds.push_back(id.As<Napi::Number>().Int64Value());
     }
   }
+  decode.stepTokens = IntField(settings, "stepTokens", DecodeSettings::kDefaultStepTokens);
+  if (decode.stepTokens < 0) {
+    throw CodedError(ErrorCode::kInvalidArgument, "configure(): stepTokens must be >= 0 (0: unchunked prefill)");
+  }
+  decode.prefillPerDecode = IntField(settings, "prefillPerDecode", DecodeSettings::kDefaultPrefillPerDecode);
   const int64_t single = IntField(settings, "eosTokenId", -1);  // the older, one-id form
   if (single >= 0 && !decode.IsEos(single)) decode.eosTokenIds.push_back(single);
   return decode;
@@ -111,6 +116,9 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   request.kernels = TextField(settings, "kernels", "auto");
   SelectKernels(request.kernels);  // an unknown family is the caller's mistake, not a fallback
   request.dtype = ParseDtype(TextField(settings, "dtype", "float32"));
+  const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
+  if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
+  request.kvBudgetBytes = budgetMb << 20;
   Napi::Value fields = settings.Get("modelConfig");
   if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
   // The older form: gelu next to architecture.

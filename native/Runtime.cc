@@ -63,7 +63,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
     throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
   }
   RuntimeChoice choice;
-  auto script = std::make_unique<ScriptStepper>(model.module, model.device, request.dtype);
+  auto script = std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
   if (request.runtime == "torchscript") {
     choice.stepper = std::move(script);
     choice.runtime = "torchscript";

@@ -34,4 +34,11 @@ std::vector<int64_t> SampleTokens(const at::Tensor& logits,
                                   const std::vector<SamplingParams>& params,
                                   std::vector<RowRandom*>& randoms);
 
+// The path for logits on an accelerator (SampleTokens picks it): tensor ops only, one
+// device-to-host copy per call (the ids). Also runs on CPU tensors, so it can be checked
+// against the CPU path there.
+std::vector<int64_t> SampleWithTensorOps(const at::Tensor& logits,
+                                         const std::vector<SamplingParams>& params,
+                                         std::vector<RowRandom*>& randoms);
+
 }  // namespace tsn

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "DeviceMemory.h"
 #include "ErrorCodes.h"
 
 namespace tsn {
@@ -16,7 +17,7 @@ std::vector<int64_t> Tail(const std::vector<int64_t>& tokens, int64_t count) {
 }  // namespace
 
 Scheduler::Scheduler(Stepper& stepper, const DecodeSettings& settings)
-    : stepper_(stepper), settings_(settings), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
+    : stepper_(stepper), settings_(settings), policy_(settings.stepTokens, settings.prefillPerDecode), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
 
 void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more) {
   const bool continuous = stepper_.AddressableSlots();
@@ -76,6 +77,7 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
     const int64_t window = std::max<int64_t>(1, settings_.contextLength - std::min(spec.maxNewTokens, half_));
     row->feed = Tail(spec.prompt, window);
     row->history = row->feed;
+    row->arrival = admitted_++;
     row->params = {spec.temperature, spec.topK};
     row->random = std::make_unique<RowRandom>(spec.seed);
     slots_[free[r]] = std::move(row);
@@ -122,25 +124,42 @@ void Scheduler::Step() {
     for (size_t i = 0; i < active.size(); ++i) active[i] = i;
   }
 
+  // How much of its pending feed each row takes this step (StepPolicy).
+  std::vector<StepDemand> demands;
+  for (size_t s : active) demands.push_back({static_cast<int64_t>(slots_[s]->feed.size()), slots_[s]->arrival});
+  const std::vector<int64_t> plan = policy_.Plan(demands);
+
   const int64_t count = static_cast<int64_t>(slots_.size());
   int64_t width = 1;
-  for (size_t s : active) width = std::max<int64_t>(width, static_cast<int64_t>(slots_[s]->feed.size()));
+  for (int64_t n : plan) width = std::max(width, n);
   at::Tensor idx = at::zeros({count, width}, at::kLong);
   at::Tensor pos = at::zeros({count}, at::kLong);
   at::Tensor lengths = at::zeros({count}, at::kLong);
   auto idxData = idx.accessor<int64_t, 2>();
   auto posData = pos.accessor<int64_t, 1>();
   auto lenData = lengths.accessor<int64_t, 1>();
-  for (size_t s : active) {
-    const Row& row = *slots_[s];
-    for (size_t t = 0; t < row.feed.size(); ++t) idxData[s][t] = row.feed[t];
+  std::vector<size_t> sampling;  // rows whose feed ends this step: they pick a token
+  for (size_t i = 0; i < active.size(); ++i) {
+    const size_t s = active[i];
+    Row& row = *slots_[s];
+    const int64_t n = plan[i];
+    for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
     posData[s] = row.position;
-    lenData[s] = static_cast<int64_t>(row.feed.size());
+    lenData[s] = n;
+    if (n == static_cast<int64_t>(row.feed.size())) {
+      sampling.push_back(s);
+    } else if (n > 0) {
+      // A chunk of a longer feed: the rest goes in later steps; its logits are not used.
+      row.position += n;
+      row.feed.erase(row.feed.begin(), row.feed.begin() + n);
+    }
   }
 
   at::Tensor logits = stepper_.Step(idx, pos, lengths);
+  if (sampling.empty()) return;
+  active = sampling;
   if (static_cast<int64_t>(active.size()) < count) {
-    logits = logits.index_select(0, at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong).to(logits.device()));
+    logits = logits.index_select(0, Upload(at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong), logits.device()));
   }
   std::vector<SamplingParams> params;
   std::vector<RowRandom*> randoms;

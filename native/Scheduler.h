@@ -1,9 +1,12 @@
 // The decode loop of a model: prefill of prompts of different lengths, then incremental
 // decode, per-row limits, end-of-sequence and cancellation, and the long-sequence policy of
-// docs/checkpoint.md. On a runtime whose cache slots are addressable (GptStepper) it batches
-// continuously: jobs that arrive while others decode join at the next step in free slots,
-// and each job completes as soon as its own rows are done. Otherwise (ScriptStepper) it runs
-// one job at a time and compacts finished rows out of the cache.
+// docs/checkpoint.md. On a runtime whose cache slots are addressable (both built-in ones:
+// GptStepper and ScriptStepper) it batches continuously: jobs that arrive while others
+// decode join at the next step in free slots (lowest first, so a TorchScript step can leave
+// the idle top of the cache out), and each job completes as soon as its own rows are done.
+// Prompts are fed in chunks under StepPolicy's per-step token budget, interleaved with the
+// running rows' decode steps. A runtime with a batch-bound cache would run one job at a time
+// and compact finished rows out of it.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 
 #include "Generation.h"
 #include "Sampler.h"
+#include "StepPolicy.h"
 #include "Stepper.h"
 
 namespace tsn {
@@ -21,6 +25,13 @@ namespace tsn {
 struct DecodeSettings {
   int64_t contextLength = 0;
   std::vector<int64_t> eosTokenIds;  // a row ends on any of them; empty: the model has none
+  // Tokens one step may feed (decodes first, then prompt chunks); <= 0: unchunked prefill.
+  int64_t stepTokens = kDefaultStepTokens;
+  // While rows decode, prompt tokens per decoding row in a step; <= 0: no such limit.
+  int64_t prefillPerDecode = kDefaultPrefillPerDecode;
+
+  static constexpr int64_t kDefaultStepTokens = 256;
+  static constexpr int64_t kDefaultPrefillPerDecode = 2;
 
   bool IsEos(int64_t token) const {
     for (int64_t eos : eosTokenIds) {
@@ -58,7 +69,8 @@ class Scheduler {
     std::shared_ptr<ScheduledJob> job;
     size_t index = 0;              // row within its job
     std::vector<int64_t> history;  // the most recent tokens (prompt window, then generated)
-    std::vector<int64_t> feed;     // tokens to feed at the next step
+    std::vector<int64_t> feed;     // tokens still to feed before the row samples again
+    uint64_t arrival = 0;          // admission order, for the prefill queue
     int64_t position = 0;          // tokens already in this row's cache
     SamplingParams params;
     std::unique_ptr<RowRandom> random;
@@ -71,7 +83,9 @@ class Scheduler {
 
   Stepper& stepper_;
   DecodeSettings settings_;
+  StepPolicy policy_;
   int64_t half_;
+  uint64_t admitted_ = 0;  // rows admitted so far: the next row's arrival
   std::vector<std::unique_ptr<Row>> slots_;  // null: free
   std::vector<std::pair<std::shared_ptr<ScheduledJob>, size_t>> remaining_;  // rows left per job
 };

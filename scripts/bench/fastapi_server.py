@@ -7,6 +7,9 @@ checkpoint with the same batching rule and the same endpoint shape as our server
 - POST /generate {prompt, max_new_tokens, temperature, top_k} -> {text, latency_ms}, bodies
   validated by pydantic (the spec's limits), served by uvicorn (uvloop and httptools when
   installed, access log off: our server logs no requests either).
+- POST /generate/stream, the same body -> server-sent events, one `data: {"text": piece}`
+  per token as the batch loop makes it, then `data: [DONE]` (as our server's stream). Streams
+  join the same batcher as /generate: the usual Python service's way (static batches).
 - Dynamic batching, the rule of DESIGN.md section 2: a batch closes when it holds
   max_batch_size requests or max_wait_ms after its first request arrived; one batch in
   flight; while it runs the next one fills.
@@ -40,7 +43,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
-from fastapi.responses import PlainTextResponse  # noqa: E402
+from fastapi.responses import PlainTextResponse, StreamingResponse  # noqa: E402
 from pydantic import BaseModel, confloat, conint, constr  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,7 +68,7 @@ def set_threads(n: int) -> None:
 @torch.inference_mode()
 def generate(ckpt: reference.Checkpoint, prompts: List[List[int]], max_new: List[int],
              temperatures: List[float], top_ks: List[Optional[int]],
-             gen: torch.Generator) -> List[List[int]]:
+             gen: torch.Generator, on_token=None) -> List[List[int]]:
     """reference.generate's loop without its diagnostics, with per-row sampling settings."""
     B = len(prompts)
     tok = ckpt.tokenizer
@@ -92,7 +95,10 @@ def generate(ckpt: reference.Checkpoint, prompts: List[List[int]], max_new: List
                         for b in range(B)]
         for b, r in enumerate(rows):
             if not r.done:
+                made = len(r.out)
                 r.advance(next_ids[b], eos, C)
+                if on_token is not None and len(r.out) > made:
+                    on_token(b, r.out[-1])
     return [r.out for r in rows]
 
 
@@ -114,11 +120,15 @@ class Engine:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate",
                                            initializer=set_threads, initargs=(threads,))
 
-    def run_batch(self, items: list) -> List[str]:
-        """Worker thread: one batched generation for a list of GenerateBody."""
+    def run_batch(self, items: list, sinks: Optional[list] = None) -> List[str]:
+        """Worker thread: one batched generation for a list of GenerateBody; sinks[b], when
+        given and not None, is called with each token of row b as it is made."""
+        def on_token(b: int, token: int) -> None:
+            if sinks[b] is not None:
+                sinks[b](token)
         outs = generate(self.ckpt, [self.ckpt.encode(i.prompt) for i in items],
                         [i.max_new_tokens for i in items], [i.temperature for i in items],
-                        [i.top_k for i in items], self.gen)
+                        [i.top_k for i in items], self.gen, on_token if sinks else None)
         with self.counters.lock:
             self.counters.generated_tokens += sum(len(o) for o in outs)
             self.counters.batches += 1
@@ -137,9 +147,10 @@ class Batcher:
         self.wake = asyncio.Event()
         self.in_flight = 0
 
-    async def submit(self, item) -> str:
+    async def submit(self, item, sink=None) -> str:
+        """sink (worker thread): called with each token of this request as it is made."""
         fut = asyncio.get_running_loop().create_future()
-        self.queue.append((item, fut, time.perf_counter()))
+        self.queue.append((item, fut, time.perf_counter(), sink))
         self.wake.set()
         return await fut
 
@@ -162,13 +173,14 @@ class Batcher:
             self.in_flight = len(batch)
             try:
                 texts = await loop.run_in_executor(self.engine.executor, self.engine.run_batch,
-                                                   [item for item, _, _ in batch])
+                                                   [item for item, _, _, _ in batch],
+                                                   [sink for _, _, _, sink in batch])
             except Exception as e:  # noqa: BLE001 - the batch fails, the server goes on
-                for _, fut, _ in batch:
+                for _, fut, _, _ in batch:
                     if not fut.done():
                         fut.set_exception(e)
             else:
-                for (_, fut, _), text in zip(batch, texts):
+                for (_, fut, _, _), text in zip(batch, texts):
                     if not fut.done():
                         fut.set_result(text)
             self.in_flight = 0
@@ -196,6 +208,27 @@ def create_app(engine: Engine, batcher: Batcher, on_ready) -> FastAPI:
         started = time.perf_counter()
         text = await batcher.submit(body)
         return {"text": text, "latency_ms": (time.perf_counter() - started) * 1000.0}
+
+    @app.post("/generate/stream")
+    async def generate_stream_route(body: GenerateBody):
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue = asyncio.Queue()
+
+        def sink(token: int) -> None:  # worker thread
+            loop.call_soon_threadsafe(tokens.put_nowait, token)
+
+        done = asyncio.ensure_future(batcher.submit(body, sink))
+        done.add_done_callback(lambda _: tokens.put_nowait(None))
+
+        async def events():
+            while True:
+                token = await tokens.get()
+                if token is None:
+                    break
+                yield "data: " + json.dumps({"text": engine.ckpt.decode([token])}) + "\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.get("/health")
     async def health():

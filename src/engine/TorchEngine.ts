@@ -36,6 +36,18 @@ export interface TorchEngineOptions {
    * and for testing every family on one machine.
    */
   kernels?: KernelFamilyCap;
+  /**
+   * Memory for the TorchScript runtime's KV cache, in MiB: its rows are the streams that can
+   * decode together. Default: 256 on the CPU, half the free device memory on CUDA.
+   */
+  kvBudgetMb?: number;
+  /**
+   * Tokens one decode step may feed (docs/operations.md "Scheduling"): running streams'
+   * decodes first, then prompts in chunks, oldest first. Default 256; 0: prompts unchunked.
+   */
+  stepTokens?: number;
+  /** While streams decode, prompt tokens a step may feed per decoding stream (at least 8); default 2; 0: no such limit. */
+  prefillPerDecode?: number;
 }
 
 export class TorchEngine implements TextGenerationEngine {
@@ -74,6 +86,9 @@ export class TorchEngine implements TextGenerationEngine {
         kernels: options.kernels ?? "auto",
         dtype: checkpointDtype(config),
         modelConfig: config.raw,
+        ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
+        ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
+        ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
       });
       return new TorchEngine(model, config, tokenizer, runtime, note, kernels);
     } catch (err) {
@@ -251,7 +266,8 @@ export function defaultThreads(): number {
  * Builds the engine from the environment, read by the server's one reader
  * (src/server/config.ts): SERVICE_CKPT (required), SERVICE_DEVICE (default "cpu"),
  * SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
- * (default "auto"), SERVICE_KERNELS (default "auto").
+ * (default "auto"), SERVICE_KERNELS (default "auto"), SERVICE_KV_BUDGET_MB and
+ * SERVICE_STEP_TOKENS (defaults: the engine's).
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const settings = readEngineEnv(env);
@@ -262,6 +278,6 @@ export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env):
         "for example SERVICE_CKPT=models/brown-gpt.pt",
     );
   }
-  const { checkpoint, device, threads, runtime, kernels } = settings;
-  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels });
+  const { checkpoint, device, threads, runtime, kernels, kvBudgetMb, stepTokens } = settings;
+  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, kvBudgetMb, stepTokens });
 }

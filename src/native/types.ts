@@ -80,6 +80,21 @@ export interface RawLanguageModelSettings {
   modelConfig?: Record<string, unknown>;
   /** The older form of modelConfig.gelu. */
   gelu?: string;
+  /**
+   * Memory for the TorchScript runtime's KV cache in MiB (SERVICE_KV_BUDGET_MB); 0 or absent:
+   * 256 on the CPU, half the free device memory on CUDA.
+   */
+  kvBudgetMb?: number;
+  /**
+   * Tokens one decode step may feed: decodes first, then prompt chunks, oldest first
+   * (SERVICE_STEP_TOKENS); default 256; 0: every prompt in one piece (unchunked prefill).
+   */
+  stepTokens?: number;
+  /**
+   * While streams decode, prompt tokens a step may feed per decoding stream (at least 8);
+   * default 2; 0: prompts take all of stepTokens the decodes leave.
+   */
+  prefillPerDecode?: number;
 }
 
 export type KernelFamily = "avx512" | "avx2" | "baseline";

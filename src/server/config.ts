@@ -21,6 +21,10 @@ export interface EngineEnv {
   runtime: RuntimeChoice;
   /** SERVICE_KERNELS: the highest kernel family the native runtime may use; "auto" (default). */
   kernels: KernelsCap;
+  /** SERVICE_KV_BUDGET_MB: the TorchScript runtime's KV cache in MiB; undefined: its default. */
+  kvBudgetMb: number | undefined;
+  /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
+  stepTokens: number | undefined;
 }
 
 /** The recommender's variables. */
@@ -43,6 +47,8 @@ export interface ServerConfig {
   serviceThreads: number | undefined;
   serviceRuntime: RuntimeChoice;
   serviceKernels: KernelsCap;
+  serviceKvBudgetMb: number | undefined;
+  serviceStepTokens: number | undefined;
   recsysCkpt: string | undefined;
   recsysDevice: string;
   recsysLatencyBudgetMs: number;
@@ -89,6 +95,7 @@ const port = (n: number) => Number.isInteger(n) && n >= 0 && n <= 65535;
 const positiveInt = (n: number) => Number.isInteger(n) && n >= 1;
 const positive = (n: number) => n > 0;
 const nonNegative = (n: number) => n >= 0;
+const wholeNumber = (n: number) => Number.isInteger(n) && n >= 0;
 
 function oneOf<T extends string>(env: NodeJS.ProcessEnv, name: string, choices: readonly T[], fallback: T): T {
   const raw = text(env, name);
@@ -106,6 +113,8 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     threads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
     runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
     kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512", "avx2", "baseline"] as const, "auto"),
+    kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
+    stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
   };
 }
 
@@ -129,6 +138,8 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     serviceThreads: engine.threads,
     serviceRuntime: engine.runtime,
     serviceKernels: engine.kernels,
+    serviceKvBudgetMb: engine.kvBudgetMb,
+    serviceStepTokens: engine.stepTokens,
     recsysCkpt: recommender.checkpoint,
     recsysDevice: recommender.device,
     recsysLatencyBudgetMs: recommender.latencyBudgetMs,

@@ -77,6 +77,8 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
       threads: config.serviceThreads,
       runtime: config.serviceRuntime,
       kernels: config.serviceKernels,
+      kvBudgetMb: config.serviceKvBudgetMb,
+      stepTokens: config.serviceStepTokens,
     }),
     TorchRecommender.load(recsysCkpt, {
       device: config.recsysDevice,

@@ -2,6 +2,9 @@
  * TorchEngine on the tiny fixtures, on both runtimes: text equals the Python reference's,
  * streams concatenate to the batch result, cancellation frees the engine, errors are coded,
  * and the event loop keeps turning during a long generation.
+ *
+ * TEST_DEVICE (default "cpu") runs the device-generic tests on another device, e.g. "cuda"
+ * from scripts/gpu-check.sh; there only the TorchScript runtime exists.
  */
 import { expect } from "chai";
 
@@ -33,8 +36,9 @@ async function collect(stream: AsyncIterable<string>): Promise<string[]> {
 // family), so the AVX2 and baseline kernels that hosts without AVX-512 use are tested here too;
 // then the TorchScript runtime. Demanding "native" makes the load-time check against the
 // checkpoint's TorchScript forward (relative logit difference at most 1e-3) a hard failure.
+const device = process.env.TEST_DEVICE ?? "cpu";
 const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [
-  ...loadAddon().kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })),
+  ...(device === "cpu" ? loadAddon().kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })) : []),
   { runtime: "torchscript" },
 ];
 
@@ -46,14 +50,14 @@ for (const { runtime, kernels } of arms) {
     let engine: TorchEngine;
 
     before(async () => {
-      engine = await TorchEngine.load(fixture("tiny-gpt.pt"), { runtime, threads: 2, kernels: kernels ?? "auto" });
+      engine = await TorchEngine.load(fixture("tiny-gpt.pt"), { device, runtime, threads: 2, kernels: kernels ?? "auto" });
     });
     after(() => engine.dispose());
 
     it(`runs on the ${label}`, () => {
       expect(engine.runtime).to.equal(runtime);
       expect(engine.kernels).to.equal(kernels);
-      expect(engine.device).to.equal("cpu");
+      expect(engine.device).to.equal(device);
       expect(engine.config.contextLength).to.equal(64);
     });
 
@@ -132,6 +136,34 @@ for (const { runtime, kernels } of arms) {
       spinning = false;
       // A generation that held the JS thread would leave no turns between start and end.
       expect(turns).to.be.greaterThan(20);
+    });
+
+    it("a short stream started during a long one joins it and finishes while the long one still runs", async () => {
+      const before = engine.usage().generatedTokens;
+      const stop = new AbortController();
+      const long = engine.generateStream(request("The long one", { maxNewTokens: 1500, temperature: 1, seed: 11 }), stop.signal);
+      const iterator = long[Symbol.asyncIterator]();
+      await iterator.next(); // the long stream is decoding
+      const short = request(textCases[0]!.prompt!, { maxNewTokens: textCases[0]!.max_new_tokens });
+      const text = (await collect(engine.generateStream(short))).join("");
+      expect(text).to.equal(bytes.decode(textCases[0]!.output_ids));
+      stop.abort();
+      while (!(await iterator.next()).done);
+      // Had the short one waited in line, the long one would have made all its 1,500 tokens.
+      const produced = engine.usage().generatedTokens - before - textCases[0]!.output_ids.length;
+      expect(produced, "tokens of the long stream").to.be.below(1500);
+    });
+
+    it("prompts fed in small chunks give the reference's greedy text, alone, batched and concurrent", async () => {
+      const chunked = await TorchEngine.load(fixture("tiny-gpt.pt"), { device, runtime, threads: 2, kernels: kernels ?? "auto", stepTokens: 3 });
+      try {
+        const requests = textCases.map((c) => request(c.prompt!, { maxNewTokens: c.max_new_tokens, temperature: 1e-9 }));
+        const expected = textCases.map((c) => bytes.decode(c.output_ids));
+        expect(await chunked.generateBatch(requests)).to.deep.equal(expected);
+        expect(await Promise.all(requests.map(async (r) => (await chunked.generateBatch([r]))[0]))).to.deep.equal(expected);
+      } finally {
+        await chunked.dispose();
+      }
     });
 
     it("counts prompt and generated tokens", async () => {
@@ -243,7 +275,7 @@ describe("createEngineFromEnv", () => {
   it("defaults SERVICE_DEVICE to cpu and SERVICE_RUNTIME to auto", async () => {
     const engine = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
     try {
-      expect(engine.device).to.equal("cpu");
+      expect(engine.device).to.equal(device);
       expect(engine.runtime).to.equal("native");
     } finally {
       await engine.dispose();

@@ -96,14 +96,15 @@ describe("native addon", function () {
     });
   }
 
-  describe("sampling", () => {
+  for (const runtime of ["native", "torchscript"] as const)
+  describe(`sampling (${runtime} runtime)`, () => {
     let model: RawLanguageModel;
     const golden = goldenFor("tiny-gpt.pt");
     const prompt = Int32Array.from(golden.cases[0]!.prompt_ids);
     before(async () => {
       model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       // No end-of-sequence here: sampled rows must run to their limits.
-      await model.configure({ contextLength: 64, eosTokenId: -1 });
+      await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt" });
     });
     after(() => model.dispose());
 
@@ -169,10 +170,11 @@ describe("native addon", function () {
       });
     }
 
-    it("a job submitted while another decodes joins it and finishes first (native runtime)", async () => {
+    for (const runtime of ["native", "torchscript"] as const)
+    it(`a job submitted while another decodes joins it and finishes first (${runtime} runtime)`, async () => {
       const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       try {
-        await model.configure({ contextLength: 64, eosTokenId: -1, runtime: "native", architecture: "gpt", gelu: "tanh" });
+        await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt", gelu: "tanh" });
         let longDone = false;
         let started!: () => void;
         const firstToken = new Promise<void>((resolve) => (started = resolve));
@@ -185,6 +187,76 @@ describe("native addon", function () {
         expect(Array.from(short!)).to.deep.equal(c.output_ids);
         const [longOut] = await long.result;
         expect(longOut!.length).to.equal(500);
+      } finally {
+        await model.dispose();
+      }
+    });
+  });
+
+  describe("chunked prefill and admission", () => {
+    const golden = goldenFor("tiny-gpt.pt");
+    // A row with a short prompt decoding beside a row whose prompt fills most of the context,
+    // in one job: the (row, token) pairs arrive in the order the steps made them.
+    async function tokensBeforeLongOnesFirst(runtime: "native" | "torchscript", stepTokens: number): Promise<number> {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      try {
+        await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt", stepTokens });
+        const long = Int32Array.from({ length: 60 }, (_, i) => 97 + (i % 26));
+        let running = 0;
+        let seen = -1;
+        const generation = model.generate(
+          [
+            { tokens: Int32Array.of(72, 105), maxNewTokens: 40, temperature: 0, topK: 0, seed: -1 },
+            { tokens: long, maxNewTokens: 2, temperature: 0, topK: 0, seed: -1 },
+          ],
+          (pairs) => {
+            for (let i = 0; i < pairs.length; i += 2) {
+              if (pairs[i] === 0) running += 1;
+              else if (seen < 0) seen = running;
+            }
+          },
+        );
+        await generation.result;
+        return seen;
+      } finally {
+        await model.dispose();
+      }
+    }
+
+    for (const runtime of ["native", "torchscript"] as const) {
+      it(`a long prompt is fed in chunks while a running row keeps decoding, one token a step (${runtime})`, async () => {
+        // Budget 8: the running row's token plus 7 prompt tokens a step, so the 60-token
+        // prompt takes 9 steps (the first shares its budget with the short prompt) and the
+        // running row makes a token in each but the first... and the last, which ends both.
+        expect(await tokensBeforeLongOnesFirst(runtime, 8)).to.be.at.least(7);
+        // Unchunked, the long prompt goes in at the first step: both rows' first tokens come together.
+        expect(await tokensBeforeLongOnesFirst(runtime, 0)).to.equal(1);
+      });
+
+      it(`chunked prefill gives the unchunked greedy tokens, batched and as concurrent jobs (${runtime})`, async () => {
+        for (const stepTokens of [1, 5]) {
+          const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+          try {
+            await model.configure({ contextLength: 64, eosTokenId: 257, runtime, architecture: "gpt", stepTokens });
+            const batch = await model.generate(golden.cases.map(greedy), null).result;
+            expect(batch.map((o) => Array.from(o)), `stepTokens ${stepTokens}`).to.deep.equal(golden.cases.map((c) => c.output_ids));
+            const jobs = await Promise.all(golden.cases.map((c) => model.generate([greedy(c)], null).result));
+            expect(jobs.map(([o]) => Array.from(o!))).to.deep.equal(golden.cases.map((c) => c.output_ids));
+          } finally {
+            await model.dispose();
+          }
+        }
+      });
+    }
+
+    it("a negative step budget or cache budget is a clear error", async () => {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      try {
+        const bad = await rejection(model.configure({ contextLength: 64, stepTokens: -1 }));
+        expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
+        expect(bad.message).to.match(/stepTokens/);
+        const budget = await rejection(model.configure({ contextLength: 64, kvBudgetMb: -5 }));
+        expect(budget.message).to.match(/kvBudgetMb/);
       } finally {
         await model.dispose();
       }

@@ -33,13 +33,13 @@ describe("readServerConfig", () => {
   it("reads every variable", () => {
     const config = readServerConfig({
       HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",
-      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
+      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", SERVICE_KV_BUDGET_MB: "512", SERVICE_STEP_TOKENS: "0", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
       MAX_WAIT_MS: "2.5", MAX_QUEUE_SIZE: "10", RATE_LIMIT_PER_SECOND: "5", RATE_LIMIT_BURST: "20",
       REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
     });
     expect(config).to.deep.include({
       host: "127.0.0.1", port: 0, recsysPort: 9001, serviceCkpt: "a.pt", serviceDevice: "cuda:1", serviceThreads: 3,
-      serviceRuntime: "torchscript", serviceKernels: "avx2",
+      serviceRuntime: "torchscript", serviceKernels: "avx2", serviceKvBudgetMb: 512, serviceStepTokens: 0,
       recsysCkpt: "b.pt", recsysLatencyBudgetMs: 50, maxBatchSize: 32, maxWaitMs: 2.5, maxQueueSize: 10,
       rateLimitPerSecond: 5, rateLimitBurst: 20, redisUrl: "redis://127.0.0.1:6379", logLevel: "debug",
       shutdownTimeoutMs: 1000, trustProxy: 1,
@@ -51,7 +51,7 @@ describe("readServerConfig", () => {
   it("names the variable that is wrong", () => {
     const bad: Record<string, string> = {
       PORT: "http", RECSYS_PORT: "70000", MAX_BATCH_SIZE: "0", MAX_WAIT_MS: "-1", MAX_QUEUE_SIZE: "1.5",
-      SERVICE_THREADS: "many", SERVICE_RUNTIME: "fast", SERVICE_KERNELS: "sse", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
+      SERVICE_THREADS: "many", SERVICE_RUNTIME: "fast", SERVICE_KERNELS: "sse", SERVICE_KV_BUDGET_MB: "0", SERVICE_STEP_TOKENS: "-1", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
     };
     for (const [name, value] of Object.entries(bad)) {
       expect(() => readServerConfig({ [name]: value }), name).to.throw(name).with.property("code", "ERR_CONFIG");
@@ -62,10 +62,13 @@ describe("readServerConfig", () => {
   it("the factories read the same variables the same way", () => {
     const env = { SERVICE_CKPT: "a.pt", SERVICE_RUNTIME: "native", SERVICE_KERNELS: "baseline", SERVICE_THREADS: "2", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "20" };
     const server = readServerConfig(env);
-    expect(readEngineEnv(env)).to.deep.equal({ checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline" });
+    expect(readEngineEnv(env)).to.deep.equal({
+      checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline", kvBudgetMb: undefined, stepTokens: undefined,
+    });
     expect(readEngineEnv(env)).to.deep.equal({
       checkpoint: server.serviceCkpt, device: server.serviceDevice, threads: server.serviceThreads,
       runtime: server.serviceRuntime, kernels: server.serviceKernels,
+      kvBudgetMb: server.serviceKvBudgetMb, stepTokens: server.serviceStepTokens,
     });
     expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });
   });

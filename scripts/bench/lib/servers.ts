@@ -17,6 +17,8 @@ export interface OurServerOptions {
   recsysCheckpoint?: string;
   /** Run through lib/gcServer.js with --expose-gc: SIGUSR2 = full GC, memory printed. */
   gcProbe?: boolean;
+  /** More environment, e.g. SERVICE_RUNTIME: "torchscript" for the device-generic runtime's arm. */
+  env?: Record<string, string>;
   onJson?(line: Record<string, unknown>): void;
 }
 
@@ -42,6 +44,7 @@ export function startOurServer(options: OurServerOptions, name = "server"): Prom
     env.OPENBLAS_NUM_THREADS = String(options.threads);
   }
   if (options.recsysCheckpoint) env.RECSYS_CKPT = options.recsysCheckpoint;
+  Object.assign(env, options.env);
   return Child.start({
     name,
     command: process.execPath,

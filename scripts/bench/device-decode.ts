@@ -1,0 +1,67 @@
+/**
+ * Decode speed of the TorchScript runtime (the one that runs on CUDA) on a device, batch 1 to
+ * 64: each batch is timed twice, generating 1 token (prefill) and 1 + N tokens; the
+ * difference over N is the decode step. scripts/gpu-check.sh runs it on the GPU (and, in its
+ * CPU mode, briefly on the CPU so the script cannot rot).
+ *
+ *   node dist/scripts/bench/device-decode.js [--ckpt models/brown-gpt.pt] [--device cuda]
+ *        [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N]
+ */
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+
+import { loadAddon } from "../../src/native/binding.js";
+import { repoRoot } from "./lib/paths.js";
+
+const { values: args } = parseArgs({
+  options: {
+    ckpt: { type: "string", default: join(repoRoot, "models", "brown-gpt.pt") },
+    device: { type: "string", default: "cuda" },
+    batches: { type: "string", default: "1,8,16,32,64" },
+    tokens: { type: "string", default: "64" },
+    prompt: { type: "string", default: "16" },
+    threads: { type: "string", default: String(Math.min(8, Math.max(1, availableParallelism() - 1))) },
+    help: { type: "boolean", default: false },
+  },
+});
+if (args.help) {
+  console.log("usage: node dist/scripts/bench/device-decode.js [--ckpt PATH] [--device cuda] [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N]");
+  process.exit(0);
+}
+const batches = args.batches!.split(",").map(Number);
+const tokens = Number(args.tokens);
+const promptLength = Number(args.prompt);
+
+const model = await loadAddon().loadLanguageModel(args.ckpt!, { device: args.device!, extraFiles: ["config.json"], threads: Number(args.threads) });
+try {
+  const config = JSON.parse(model.extraFiles["config.json"] ?? "{}") as { block_size: number; dtype?: string; tokenizer?: { eos_token_id?: number | null } };
+  const dtype = (config.dtype ?? "float32") as "float32" | "bfloat16" | "float16";
+  // No end-of-sequence: every row runs to its limit, so the step count is known.
+  await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "torchscript", dtype });
+  const rows = (batch: number, maxNewTokens: number) =>
+    Array.from({ length: batch }, (_, i) => ({
+      tokens: Int32Array.from({ length: promptLength }, (_, t) => 97 + ((i + t) % 26)),
+      maxNewTokens,
+      temperature: 0,
+      topK: 0,
+      seed: -1,
+    }));
+  const time = async (batch: number, maxNewTokens: number) => {
+    const start = performance.now();
+    await model.generate(rows(batch, maxNewTokens), null).result;
+    return performance.now() - start;
+  };
+  console.log(`device-decode: ${args.ckpt} on ${model.device} (${dtype}), prompt ${promptLength} tokens, ${tokens} new tokens\n`);
+  console.log("| batch | prefill ms | decode step ms | tokens/s |");
+  console.log("|---:|---:|---:|---:|");
+  for (const batch of batches) {
+    await time(batch, 2); // warm-up of this shape
+    const prefill = Math.min(await time(batch, 1), await time(batch, 1));
+    const whole = Math.min(await time(batch, 1 + tokens), await time(batch, 1 + tokens));
+    const step = Math.max(whole - prefill, 1e-3) / tokens;
+    console.log(`| ${batch} | ${prefill.toFixed(1)} | ${step.toFixed(2)} | ${((batch * 1000) / step).toFixed(0)} |`);
+  }
+} finally {
+  await model.dispose();
+}

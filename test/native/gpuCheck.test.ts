@@ -1,0 +1,31 @@
+/**
+ * scripts/gpu-check.sh in its CPU mode: the same steps it takes on a GPU host (build check,
+ * the device-parametrised engine tests, the decode benchmark table), on the CPU, so the script
+ * cannot rot on machines without a GPU.
+ */
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+
+import { repoRoot } from "../helpers/fixtures.js";
+
+describe("scripts/gpu-check.sh --cpu", function () {
+  this.timeout(120_000);
+
+  it("runs the device tests and prints the decode table", () => {
+    const run = spawnSync("bash", [join(repoRoot, "scripts", "gpu-check.sh"), "--cpu"], {
+      cwd: repoRoot,
+      encoding: "utf8",
+      env: { ...process.env, NODE: process.execPath },
+      timeout: 110_000,
+    });
+    const output = `${run.stdout}\n${run.stderr}`;
+    expect(run.status, output).to.equal(0);
+    expect(output).to.match(/passing/);
+    expect(output).not.to.match(/failing/);
+    // One table row per batch: | batch | prefill ms | decode step ms | tokens/s |
+    expect(output).to.match(/^\| 1 \| [\d.]+ \| [\d.]+ \| \d+ \|$/m);
+    expect(output).to.match(/^\| 4 \| [\d.]+ \| [\d.]+ \| \d+ \|$/m);
+    expect(output).to.include("gpu-check: ok (cpu)");
+  });
+});
