@@ -1,6 +1,7 @@
 #include "Scheduler.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "ErrorCodes.h"
 
@@ -76,8 +77,17 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
     const int64_t window = std::max<int64_t>(1, settings_.contextLength - std::min(spec.maxNewTokens, half_));
     row->feed = Tail(spec.prompt, window);
     row->history = row->feed;
-    row->params = {spec.temperature, spec.topK};
-    row->random = std::make_unique<RowRandom>(spec.seed);
+    row->random = std::make_unique<RowRandom>(spec.sampling.seed);
+    if (spec.sampling.Penalised()) {
+      row->penalties = std::make_unique<PenaltyState>();
+      row->penalties->prompt.insert(spec.prompt.begin(), spec.prompt.end());
+    }
+    const int64_t source = spec.sharesPrefillWith;
+    if (source >= 0 && source < static_cast<int64_t>(r) && stepper_.CanCopyRows() &&
+        specs[source].prompt == spec.prompt && specs[source].sharesPrefillWith < 0) {
+      row->prefillFrom = slots_[free[source]].get();
+      row->feed.clear();
+    }
     slots_[free[r]] = std::move(row);
   }
   return true;
@@ -85,6 +95,14 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
 
 void Scheduler::Finish(size_t slot) {
   std::shared_ptr<ScheduledJob> job = slots_[slot]->job;
+  for (auto& other : slots_) {
+    // A row that was to copy this one's prefill (cancelled before its first step) computes
+    // its own: its history still holds its prompt window.
+    if (other && other->prefillFrom == slots_[slot].get()) {
+      other->prefillFrom = nullptr;
+      other->feed = other->history;
+    }
+  }
   slots_[slot].reset();
   for (auto it = remaining_.begin(); it != remaining_.end(); ++it) {
     if (it->first == job) {
@@ -139,29 +157,35 @@ void Scheduler::Step() {
   }
 
   at::Tensor logits = stepper_.Step(idx, pos, lengths);
-  if (static_cast<int64_t>(active.size()) < count) {
-    logits = logits.index_select(0, at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong).to(logits.device()));
+  CopyPrefills(active);
+  // Each active row samples from its own logits, a row sharing a prefill from its source's.
+  std::vector<int64_t> logitRows;
+  std::vector<SampleRow> sampleRows;
+  bool identity = static_cast<int64_t>(active.size()) == count;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const Row& row = *slots_[active[i]];
+    const size_t from = row.prefillFrom ? SlotOf(row.prefillFrom) : active[i];
+    identity = identity && from == i;
+    logitRows.push_back(static_cast<int64_t>(from));
+    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get()});
   }
-  std::vector<SamplingParams> params;
-  std::vector<RowRandom*> randoms;
-  for (size_t s : active) {
-    params.push_back(slots_[s]->params);
-    randoms.push_back(slots_[s]->random.get());
-  }
-  const std::vector<int64_t> tokens = SampleTokens(logits, params, randoms);
+  if (!identity) logits = logits.index_select(0, at::tensor(logitRows, at::kLong).to(logits.device()));
+  const std::vector<SampledToken> tokens = SampleTokens(logits, sampleRows);
+  for (size_t s : active) slots_[s]->prefillFrom = nullptr;
 
   for (size_t i = 0; i < active.size(); ++i) {
     const size_t s = active[i];
     Row& row = *slots_[s];
     Generation& generation = *row.job->generation;
     row.position += static_cast<int64_t>(row.feed.size());
-    const int64_t token = tokens[i];
+    const int64_t token = tokens[i].token;
     if (settings_.IsEos(token)) {
       Finish(s);
       continue;
     }
+    if (row.penalties) ++row.penalties->generated[token];
     generation.outputs[row.index].push_back(static_cast<int32_t>(token));
-    if (row.job->sink) row.job->sink(row.index, static_cast<int32_t>(token));
+    if (row.job->sink) row.job->sink(row.index, tokens[i]);
     if (static_cast<int64_t>(generation.outputs[row.index].size()) >= generation.rows()[row.index].maxNewTokens) {
       Finish(s);
       continue;
@@ -178,6 +202,26 @@ void Scheduler::Step() {
         row.history = Tail(row.history, settings_.contextLength);
       }
     }
+  }
+}
+
+size_t Scheduler::SlotOf(const Row* row) const {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].get() == row) return s;
+  }
+  throw std::logic_error("a row shares the prefill of a row that is gone");
+}
+
+void Scheduler::CopyPrefills(const std::vector<size_t>& active) {
+  for (size_t s : active) {
+    Row& row = *slots_[s];
+    if (!row.prefillFrom) continue;
+    const Row& source = *row.prefillFrom;
+    stepper_.CopyRow(static_cast<int64_t>(SlotOf(&source)), static_cast<int64_t>(s));
+    // The source's position already counts this step's feed only after the loop below; its
+    // cache now holds its whole feed.
+    row.position = source.position + static_cast<int64_t>(source.feed.size());
+    row.history = source.history;
   }
 }
 

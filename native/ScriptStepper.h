@@ -17,6 +17,8 @@ class ScriptStepper : public Stepper {
   void Begin(int64_t batch) override;
   at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
   void Keep(const at::Tensor& rows) override;
+  bool CanCopyRows() const override { return true; }
+  void CopyRow(int64_t from, int64_t to) override;
   void End() override;
 
  private:
