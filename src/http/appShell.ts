@@ -10,12 +10,15 @@ import type { RateLimiter, ServingApp } from "../types.js";
 import { errorHandler, sendError } from "./errorResponse.js";
 import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
+import { apiKeyAuth } from "./apiKeys.js";
 import { rateLimit } from "./rateLimit.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
 
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
   logger?: LoggerLike;
+  /** When non-empty, every route registered through route() (all but /health, /metrics) needs one. */
+  apiKeys?: readonly string[] | null;
 }
 
 export interface Lifespan {
@@ -73,10 +76,13 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   );
 
   const limiter = options.rateLimiter ? rateLimit(options.rateLimiter, metrics, logger) : null;
-  // The route label is set in the same router layer as the limiter (or the handler): one
-  // layer fewer per request than a separate labelling middleware.
+  // API keys first: the limiter is keyed by the authenticated key.
+  const auth = options.apiKeys && options.apiKeys.length > 0 ? apiKeyAuth(options.apiKeys) : null;
+  const front = [auth, limiter].filter((handler): handler is RequestHandler => handler !== null);
+  // The route label is set in the same router layer as the first handler: one layer fewer
+  // per request than a separate labelling middleware.
   const guarded = (route: string, handlers: RequestHandler[]): RequestHandler[] => {
-    const [first, ...rest] = limiter ? [limiter, ...handlers] : handlers;
+    const [first, ...rest] = [...front, ...handlers];
     return [labelRoute(route, first!), ...rest];
   };
 

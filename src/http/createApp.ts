@@ -1,6 +1,13 @@
 /** The text-generation app: POST /generate (batched), POST /generate/stream, the playground at GET /, and the shell. */
 import { Batcher } from "../batching/Batcher.js";
-import type { CreateAppOptions, GenerateRequest, ServingApp, TextGenerationEngine } from "../types.js";
+import type {
+  Completion,
+  CompletionRequest,
+  CreateAppOptions,
+  GenerateRequest,
+  ServingApp,
+  TextGenerationEngine,
+} from "../types.js";
 import { createAppShell } from "./appShell.js";
 import { jsonBody } from "./jsonBody.js";
 import { InFlight } from "./inFlight.js";
@@ -10,6 +17,8 @@ import { generateOpenApi } from "./openapi.js";
 import { mountPlayground } from "./playground/index.js";
 import { generateHandler } from "./generateRoute.js";
 import { streamHandler } from "./streamRoute.js";
+import { completerFor } from "./openai/completer.js";
+import { chatCompletionsHandler, completionsHandler, modelsHandler, type OpenAiDeps } from "./openai/routes.js";
 
 export interface GenerateAppOptions extends CreateAppOptions {
   /** pino-compatible; silent by default. */
@@ -17,17 +26,29 @@ export interface GenerateAppOptions extends CreateAppOptions {
 }
 
 export function createApp(engine: TextGenerationEngine, options: GenerateAppOptions = {}): ServingApp {
-  const { maxBatchSize = 8, maxWaitMs = 5, maxQueueSize = 1024, rateLimiter = null, logger } = options;
-  const shell = createAppShell({ rateLimiter, logger });
+  const { maxBatchSize = 8, maxWaitMs = 5, maxQueueSize = 1024, rateLimiter = null, logger, apiKeys = null } = options;
+  const shell = createAppShell({ rateLimiter, logger, apiKeys });
   const metrics = createGenerateMetrics(shell.registry, engine, maxBatchSize);
 
-  const batcher = new Batcher<GenerateRequest, string>(
+  // The queue depth gauge counts both batchers' queues.
+  const batcher: Batcher<GenerateRequest, string> = new Batcher<GenerateRequest, string>(
     (requests) => engine.generateBatch(requests),
     { maxBatchSize, maxWaitMs, maxQueueSize },
     {
       onBatch: (size) => metrics.batchSize.observe(size),
       onDequeue: (seconds) => metrics.queueWait.observe(seconds),
-      onDepth: (depth) => metrics.queueDepth.set(depth),
+      onDepth: (depth) => metrics.queueDepth.set(depth + completions.queueDepth),
+    },
+  );
+  // The /v1 routes' own batcher: the same rule and limits, one engine call per batch.
+  const completer = completerFor(engine);
+  const completions: Batcher<CompletionRequest, Completion> = new Batcher<CompletionRequest, Completion>(
+    (requests) => completer.complete(requests),
+    { maxBatchSize, maxWaitMs, maxQueueSize },
+    {
+      onBatch: (size) => metrics.batchSize.observe(size),
+      onDequeue: (seconds) => metrics.queueWait.observe(seconds),
+      onDepth: (depth) => metrics.queueDepth.set(depth + batcher.queueDepth),
     },
   );
   const streams = new InFlight();
@@ -40,16 +61,31 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     jsonBody(),
     streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving }),
   );
+  const openAi: OpenAiDeps = {
+    completer,
+    batcher: completions,
+    modelName: options.modelName ?? "model",
+    chatTemplate: engine.chatTemplate?.(),
+    metrics,
+    streams,
+    logger: shell.logger,
+    createdAt: Math.floor(Date.now() / 1000),
+    isServing: () => serving,
+  };
+  shell.route("get", "/v1/models", modelsHandler(openAi));
+  shell.route("post", "/v1/completions", jsonBody(), completionsHandler(openAi));
+  shell.route("post", "/v1/chat/completions", jsonBody(), chatCompletionsHandler(openAi));
   mountPlayground(shell, "text");
 
   return shell.finish(generateOpenApi({ rateLimited: rateLimiter !== null }), {
     async start() {
       batcher.start();
+      completions.start();
       serving = true;
     },
     async stop() {
       serving = false;
-      await Promise.all([batcher.stop(), streams.idle()]);
+      await Promise.all([batcher.stop(), completions.stop(), streams.idle()]);
     },
   });
 }

@@ -23,7 +23,7 @@ export interface RecsysAppOptions extends CreateRecsysAppOptions {
 
 export function createRecsysApp(recommender: Recommender, options: RecsysAppOptions = {}): ServingApp {
   const rateLimiter = options.rateLimiter ?? null;
-  const shell = createAppShell({ rateLimiter, logger: options.logger });
+  const shell = createAppShell({ rateLimiter, logger: options.logger, apiKeys: options.apiKeys ?? null });
   const metrics = createRecsysMetrics(shell.registry);
   const calls = new InFlight();
   let serving = true;

@@ -5,7 +5,7 @@
  */
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../engine/TorchEngine.js";
@@ -109,8 +109,10 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     maxQueueSize: config.maxQueueSize,
     rateLimiter: limiter,
     logger,
+    apiKeys: config.apiKeys,
+    modelName: config.modelName ?? basename(textCkpt).replace(/\.pt$/, ""),
   });
-  const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger });
+  const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger, apiKeys: config.apiKeys });
   // Behind a load balancer the socket address is the balancer's: trust its X-Forwarded-For
   // when told to, so rate-limit keys are the real clients.
   textApp.set("trust proxy", config.trustProxy);
