@@ -13,12 +13,13 @@ import { jsonBody } from "./jsonBody.js";
 import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createGenerateMetrics } from "./metrics.js";
-import { generateOpenApi } from "./openapi.js";
+import { COMMON_ERRORS, TOO_LARGE, json, ref } from "./routes.js";
+import { generateRequestSchema, generateResponseSchema, streamChunkSchema } from "./schemas.js";
 import { mountPlayground } from "./playground/index.js";
 import { generateHandler } from "./generateRoute.js";
 import { streamHandler } from "./streamRoute.js";
 import { completerFor } from "./openai/completer.js";
-import { chatCompletionsHandler, completionsHandler, modelsHandler, type OpenAiDeps } from "./openai/routes.js";
+import { OPENAI_SCHEMAS, openAiRoutes, type OpenAiDeps } from "./openai/routes.js";
 
 export interface GenerateAppOptions extends CreateAppOptions {
   /** pino-compatible; silent by default. */
@@ -54,13 +55,39 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
   const streams = new InFlight();
   let serving = false;
 
-  shell.route("post", "/generate", jsonBody(), generateHandler(batcher));
-  shell.route(
-    "post",
-    "/generate/stream",
-    jsonBody(),
-    streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving }),
-  );
+  const body = { required: true, content: json(ref("GenerateRequest")) };
+  shell.register([
+    {
+      method: "post",
+      path: "/generate",
+      doc: {
+        summary: "Continue a prompt. Requests are grouped into batches for the engine.",
+        operationId: "generate",
+        requestBody: body,
+        responses: {
+          "200": { description: "The continuation.", content: json(ref("GenerateResponse")) },
+          ...TOO_LARGE,
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), generateHandler(batcher)],
+    },
+    {
+      method: "post",
+      path: "/generate/stream",
+      doc: {
+        summary: "Continue a prompt, piece by piece, as server-sent events. Not batched.",
+        operationId: "generateStream",
+        requestBody: body,
+        responses: {
+          "200": { description: `${streamChunkSchema.description}`, content: { "text/event-stream": { schema: { type: "string" } } } },
+          ...TOO_LARGE,
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving })],
+    },
+  ]);
   const openAi: OpenAiDeps = {
     completer,
     batcher: completions,
@@ -72,12 +99,20 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     createdAt: Math.floor(Date.now() / 1000),
     isServing: () => serving,
   };
-  shell.route("get", "/v1/models", modelsHandler(openAi));
-  shell.route("post", "/v1/completions", jsonBody(), completionsHandler(openAi));
-  shell.route("post", "/v1/chat/completions", jsonBody(), chatCompletionsHandler(openAi));
+  shell.register(openAiRoutes(openAi));
   mountPlayground(shell, "text");
 
-  return shell.finish(generateOpenApi({ rateLimited: rateLimiter !== null }), {
+  return shell.finish(
+    {
+      title: "Text generation",
+      schemas: {
+        GenerateRequest: generateRequestSchema,
+        GenerateResponse: generateResponseSchema,
+        StreamChunk: streamChunkSchema,
+        ...OPENAI_SCHEMAS,
+      },
+    },
+    {
     async start() {
       batcher.start();
       completions.start();
@@ -87,5 +122,6 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
       serving = false;
       await Promise.all([batcher.stop(), completions.stop(), streams.idle()]);
     },
-  });
+    },
+  );
 }

@@ -12,7 +12,8 @@ import { createAppShell } from "./appShell.js";
 import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createRecsysMetrics, type RecsysMetrics } from "./metrics.js";
-import { recsysOpenApi } from "./openapi.js";
+import { COMMON_ERRORS, json, ref } from "./routes.js";
+import { recommendPathSchema, recommendQuerySchema, recommendResponseSchema, type JsonSchema } from "./schemas.js";
 import { mountPlayground } from "./playground/index.js";
 import { parseRecommendRequest } from "./validation.js";
 
@@ -28,10 +29,30 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
   const calls = new InFlight();
   let serving = true;
 
-  shell.route("get", "/recommend/:user_id", recommendHandler(recommender, metrics, calls, () => serving));
+  const userId = (recommendPathSchema.properties as Record<string, JsonSchema>)["user_id"]!;
+  const k = (recommendQuerySchema.properties as Record<string, JsonSchema>)["k"]!;
+  shell.register([
+    {
+      method: "get",
+      path: "/recommend/:user_id",
+      doc: {
+        summary: "Recommend movies for a user.",
+        operationId: "recommend",
+        parameters: [
+          { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
+          { name: "k", in: "query", required: false, schema: k, description: k["description"] },
+        ],
+        responses: {
+          "200": { description: "Recommended items.", content: json(ref("RecommendResponse")) },
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [recommendHandler(recommender, metrics, calls, () => serving)],
+    },
+  ]);
   mountPlayground(shell, "recsys");
 
-  return shell.finish(recsysOpenApi({ rateLimited: rateLimiter !== null }), {
+  return shell.finish({ title: "Recommendations", schemas: { RecommendResponse: recommendResponseSchema } }, {
     async start() {
       serving = true;
     },

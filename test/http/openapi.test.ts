@@ -37,7 +37,9 @@ describe("GET /openapi.json", function () {
     expect(response.status).to.equal(200);
     const doc = (await response.json()) as Document;
     expect(doc.openapi).to.equal("3.1.0");
-    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/generate", "/generate/stream", "/health", "/metrics", "/openapi.json"]);
+    expect(Object.keys(doc.paths).sort()).to.deep.equal([
+      "/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/v1/chat/completions", "/v1/completions", "/v1/models",
+    ]);
     for (const path of ["/generate", "/generate/stream"]) {
       const post = doc.paths[path]!["post"]!;
       expect(post.requestBody!.content["application/json"]!.schema).to.deep.equal({ $ref: "#/components/schemas/GenerateRequest" });

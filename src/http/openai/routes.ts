@@ -15,7 +15,11 @@ import type { GenerateMetrics } from "../metrics.js";
 import { arrivalOf } from "../requestContext.js";
 import { DONE_EVENT, dataEvent, openEventStream, writeEvent } from "../sse.js";
 import type { Completer } from "./completer.js";
-import { openAiError } from "./errors.js";
+import { openAiError as openAiErrorBody } from "./errors.js";
+import { jsonBody } from "../jsonBody.js";
+import { RETRY_AFTER, json, ref, type RouteDescriptor } from "../routes.js";
+import { MAX_BODY_BYTES, type JsonSchema } from "../schemas.js";
+import { chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
 import { parseChat, parseCompletion } from "./requests.js";
 import {
   chatChoice,
@@ -41,7 +45,87 @@ export interface OpenAiDeps {
   isServing(): boolean;
 }
 
-export function modelsHandler(deps: OpenAiDeps): RequestHandler {
+/** Component schemas of the /v1 routes' documentation. */
+export const OPENAI_SCHEMAS: Record<string, JsonSchema> = {
+  CompletionRequest: completionRequestSchema,
+  ChatCompletionRequest: chatCompletionRequestSchema,
+  OpenAiError: {
+    title: "OpenAiError",
+    description: "Errors of the /v1 routes, in OpenAI's shape (what the OpenAI clients raise as their error classes).",
+    type: "object",
+    required: ["error"],
+    properties: {
+      error: {
+        type: "object",
+        required: ["message", "type", "param", "code"],
+        properties: {
+          message: { type: "string" },
+          type: { type: "string", description: "invalid_request_error, rate_limit_error or server_error." },
+          param: { type: ["string", "null"], description: "The offending field, when one is." },
+          code: { type: ["string", "null"], description: "e.g. invalid_api_key, model_not_found, rate_limit_exceeded, overloaded." },
+        },
+      },
+    },
+  },
+};
+
+const openAiError = (description: string) => ({ description, content: json(ref("OpenAiError")) });
+const V1_ERRORS = {
+  "400": openAiError("Invalid request (a schema violation or malformed JSON); `param` names the field."),
+  "404": openAiError("The model named is not served here (code model_not_found)."),
+  "413": openAiError(`Body larger than ${MAX_BODY_BYTES} bytes.`),
+  "500": openAiError("Internal failure."),
+  "503": { ...openAiError("Not serving, or the queue is full (code overloaded)."), headers: RETRY_AFTER },
+};
+const STREAMED =
+  "With `stream: true`: server-sent events `data: {chunk}` and a final `data: [DONE]`; with " +
+  "`stream_options.include_usage`, a last chunk with `usage` and no choices.";
+
+/** GET /v1/models, POST /v1/completions, POST /v1/chat/completions. */
+export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
+  return [
+    {
+      method: "get",
+      path: "/v1/models",
+      doc: {
+        summary: "The served model (OpenAI's list shape).",
+        operationId: "listModels",
+        responses: { "200": { description: "`{object: \"list\", data: [{id, object: \"model\", created, owned_by}]}`.", content: json({ type: "object" }) } },
+      },
+      handlers: [modelsHandler(deps)],
+    },
+    {
+      method: "post",
+      path: "/v1/completions",
+      doc: {
+        summary: "OpenAI completions: n choices per prompt sharing one prefill, batched; or streamed.",
+        operationId: "createCompletion",
+        requestBody: { required: true, content: json(ref("CompletionRequest")) },
+        responses: {
+          "200": { description: `A text_completion with choices and usage. ${STREAMED}`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
+          ...V1_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), completionsHandler(deps)],
+    },
+    {
+      method: "post",
+      path: "/v1/chat/completions",
+      doc: {
+        summary: "OpenAI chat completions: messages rendered with the checkpoint's chat template (or the default one).",
+        operationId: "createChatCompletion",
+        requestBody: { required: true, content: json(ref("ChatCompletionRequest")) },
+        responses: {
+          "200": { description: `A chat.completion with choices and usage. ${STREAMED} Chunks are chat.completion.chunk deltas, the role first.`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
+          ...V1_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), chatCompletionsHandler(deps)],
+    },
+  ];
+}
+
+function modelsHandler(deps: OpenAiDeps): RequestHandler {
   return (_req, res) => {
     res.json({
       object: "list",
@@ -50,7 +134,7 @@ export function modelsHandler(deps: OpenAiDeps): RequestHandler {
   };
 }
 
-export function completionsHandler(deps: OpenAiDeps): RequestHandler {
+function completionsHandler(deps: OpenAiDeps): RequestHandler {
   return async (req, res) => {
     const parsed = parseCompletion(req.body);
     checkModel(deps, parsed.model);
@@ -77,7 +161,7 @@ export function completionsHandler(deps: OpenAiDeps): RequestHandler {
   };
 }
 
-export function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
+function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
   return async (req, res) => {
     const parsed = parseChat(req.body, deps.chatTemplate);
     checkModel(deps, parsed.model);
@@ -211,7 +295,7 @@ async function streamChunks(
     } catch (err) {
       const serving = asServingError(err);
       deps.logger.error({ err, code: serving.code }, "stream failed after its first piece");
-      res.end(dataEvent(openAiError(serving).body));
+      res.end(dataEvent(openAiErrorBody(serving).body));
     }
   } finally {
     leave();
