@@ -22,6 +22,7 @@ const PAGES: Record<PlaygroundPage, readonly Asset[]> = {
   text: [
     { path: "/", file: "text.html" },
     { path: "/playground/text.js", file: "text.js" },
+    { path: "/playground/chat.js", file: "chat.js" },
     { path: "/playground/shared.js", file: "shared.js" },
     { path: "/playground/style.css", file: "style.css" },
   ],
