@@ -110,8 +110,6 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "test", "fixtures", "tiny-gpt.sampling.golden.json"))
     args = ap.parse_args(argv)
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     ckpt = reference.load(os.path.join(ROOT, "test", "fixtures", "tiny-gpt.pt"))
     golden = {
         "about": "Sampling-control goldens from scripts/model/reference.py on tiny-gpt.pt "
@@ -130,4 +128,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)
     sys.exit(main())
