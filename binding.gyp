@@ -6,7 +6,7 @@
         "<!@(node -e \"const fs=require('fs');console.log(fs.readdirSync('native').filter(f=>f.endsWith('.cc')).map(f=>'native/'+f).join(' '))\")"
       ],
       "include_dirs": [
-        "<!(node -p \"require('node-addon-api').include_dir\")",
+        "<!(node scripts/torch-paths.mjs --node-addon-api)",
         "<!@(node scripts/torch-paths.mjs --include)"
       ],
       "defines": [

@@ -6,11 +6,17 @@
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { findTorch } from "./torch-paths.mjs";
+
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+// Build tools are found the way Node finds any dependency: installed as a dependency, npm
+// hoists them into the consumer's node_modules, not under this package's own.
+const require = createRequire(import.meta.url);
 const args = new Set(process.argv.slice(2));
 const useGyp = args.has("--gyp");
 const force = args.has("--force");
@@ -43,6 +49,16 @@ function fail(lines) {
   process.exit(1);
 }
 
+/** A tool's script as Node resolves it from here, or the fallback npm provides, or a clear failure. */
+function resolveTool(specifier, fallback, what) {
+  try {
+    return require.resolve(specifier);
+  } catch {
+    if (fallback && existsSync(fallback)) return fallback;
+    fail([`Missing: ${what}; Node could not resolve ${specifier} from ${root}.`]);
+  }
+}
+
 const output = useGyp ? OUTPUTS.gyp : OUTPUTS.cmake;
 const stamp = `${output}.sha256`;
 const hash = sourceHash();
@@ -51,13 +67,27 @@ if (!force && existsSync(output) && existsSync(stamp) && readFileSync(stamp, "ut
   process.exit(0);
 }
 
+// Installed as a dependency there is no scripts/setup.sh and no build:native script to point at.
+const asDependency = root.split(sep).includes("node_modules");
+const rerun = asDependency ? "npm rebuild torchserve-node" : "npm run build:native";
+const aptLine = "sudo apt-get install cmake g++ make libtorch-dev libopenblas0-pthread";
+const torchFixes = [
+  "  1. Debian/Ubuntu: " + aptLine + (asDependency ? "" : "  (or: sudo bash scripts/setup.sh)"),
+  "  2. A downloaded libtorch: export LIBTORCH=/path/to/libtorch  (the folder with share/cmake/Torch)",
+  "  3. A Python torch (pip or conda, e.g. with CUDA): make `python3 -c 'import torch'` work, or set TORCHSERVE_PYTHON",
+  "  4. Or set Torch_DIR to the folder holding TorchConfig.cmake.",
+];
+
 const missing = ["make", useGyp ? null : "cmake"].filter((tool) => tool && !have(tool));
 if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
 if (missing.length > 0) {
+  // Say everything that is missing at once, libtorch included, so one install fixes it all.
+  const torch = findTorch();
   fail([
-    `Missing: ${missing.join(", ")}.`,
-    "Fix: on Debian/Ubuntu run `sudo bash scripts/setup.sh` (or: sudo apt-get install build-essential cmake),",
-    "then `npm run build:native`.",
+    `Missing: ${missing.join(", ")}${torch ? "" : "; and libtorch was not found (LIBTORCH, Torch_DIR, a Python torch, /usr)"}.`,
+    `Fix, on Debian/Ubuntu: ${torch ? "sudo apt-get install build-essential cmake" : aptLine}`,
+    ...(torch ? [] : ["libtorch can also come from elsewhere:", ...torchFixes.slice(1)]),
+    `Then run: ${rerun}`,
   ]);
 }
 
@@ -68,16 +98,16 @@ if (useGyp) {
   const stage = join(root, "build-gyp");
   if (force) rmSync(join(stage, "build"), { recursive: true, force: true });
   mkdirSync(stage, { recursive: true });
-  for (const name of ["binding.gyp", "native", "scripts", "node_modules", "package.json"]) {
+  for (const name of ["binding.gyp", "native", "scripts", "package.json"]) {
     if (!existsSync(join(stage, name))) symlinkSync(join(root, name), join(stage, name));
   }
-  const nodeGyp = join(root, "node_modules", "node-gyp", "bin", "node-gyp.js");
+  const nodeGyp = resolveTool("node-gyp/bin/node-gyp.js", process.env.npm_config_node_gyp, "node-gyp (npm install --save-dev node-gyp)");
   const gypArgs = [nodeGyp, "rebuild", `--jobs=${jobs}`];
   if (existsSync("/usr/include/node/node_api.h")) gypArgs.push("--nodedir=/usr");
   if (debug) gypArgs.push("--debug");
   result = spawnSync(process.execPath, gypArgs, { cwd: stage, stdio: "inherit" });
 } else {
-  const cmakeJs = join(root, "node_modules", "cmake-js", "bin", "cmake-js");
+  const cmakeJs = resolveTool("cmake-js/bin/cmake-js", undefined, "cmake-js (a dependency of torchserve-node: reinstall it)");
   const cmakeArgs = [cmakeJs, "build", "--parallel", jobs, "--log-level", "warn"];
   if (debug) cmakeArgs.push("--debug");
   result = spawnSync(process.execPath, cmakeArgs, { cwd: root, stdio: "inherit" });
@@ -86,11 +116,11 @@ if (useGyp) {
 if (result.status !== 0 || !existsSync(output)) {
   fail([
     "Look above for the first error. The usual causes and fixes:",
-    "  1. libtorch not found: `sudo bash scripts/setup.sh` (Debian: libtorch-dev), or export LIBTORCH=/path/to/libtorch,",
-    "     or make `python3 -c 'import torch'` work (a pip/conda torch), or set Torch_DIR.",
-    "  2. No compiler or cmake: sudo apt-get install build-essential cmake.",
-    "  3. A CUDA libtorch needs the CUDA toolkit (nvcc) on PATH at build time.",
-    "Then run: npm run build:native",
+    "- libtorch not found, any one of:",
+    ...torchFixes,
+    "- No compiler or cmake: sudo apt-get install build-essential cmake.",
+    "- A CUDA libtorch needs the CUDA toolkit (nvcc) on PATH at build time.",
+    `Then run: ${rerun}`,
   ]);
 }
 writeFileSync(stamp, `${hash}\n`);

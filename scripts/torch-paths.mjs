@@ -2,8 +2,11 @@
 // libtorch discovery for node-gyp (binding.gyp), in the same order as CMakeLists.txt:
 // LIBTORCH / Torch_DIR, then a Python torch install, then the system (Debian libtorch-dev).
 //   node scripts/torch-paths.mjs --include | --defines | --ldflags | --libdir | --libs | --abi | --has-cuda | --json
+// and node-addon-api's include folder for both builds:
+//   node scripts/torch-paths.mjs --node-addon-api
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 
 function fromPrefix(prefix, source) {
@@ -76,8 +79,19 @@ function libs(found) {
   return names.map((name) => `-l${name}`).join(" ");
 }
 
+/**
+ * node-addon-api's folder as Node resolves it from this script: under this package's own
+ * node_modules in a checkout, hoisted into the consumer's when installed as a dependency.
+ */
+export function nodeAddonApiDir() {
+  return dirname(createRequire(import.meta.url).resolve("node-addon-api/package.json"));
+}
+
 // Run as a command (node-gyp calls it through build-gyp/scripts, a symlink: compare real paths).
-if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(new URL(import.meta.url).pathname)) {
+const asCommand = process.argv[1] && realpathSync(process.argv[1]) === realpathSync(new URL(import.meta.url).pathname);
+if (asCommand && process.argv[2] === "--node-addon-api") {
+  console.log(nodeAddonApiDir());
+} else if (asCommand) {
   const found = findTorch();
   if (!found) {
     console.error("libtorch not found (LIBTORCH, Torch_DIR, python torch, /usr): see `npm run build:native` for fixes");

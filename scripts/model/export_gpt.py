@@ -280,6 +280,17 @@ def build_config(cfg: GPTConfig, architecture: str, tokenizer: dict) -> dict:
             "tokenizer": tokenizer}
 
 
+def parse_tokenizer_json(text: str, origin: str) -> dict:
+    """The parsed tokenizer.json, or an ExportError naming `origin`."""
+    try:
+        tj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{origin}: not valid JSON ({e})") from e
+    if not isinstance(tj, dict) or "model" not in tj:
+        raise ExportError(f"{origin}: not a Hugging Face tokenizer.json (no 'model')")
+    return tj
+
+
 def tokenizer_config(vocab_size: int, tokenizer_path: Optional[str], eos=None, bos=None,
                      pad=None, add_bos=False) -> Tuple[dict, Optional[str]]:
     """(tokenizer entry of config.json, tokenizer.json text or None)."""
@@ -290,12 +301,7 @@ def tokenizer_config(vocab_size: int, tokenizer_path: Optional[str], eos=None, b
         return dict(BYTE_TOKENIZER), None
     with open(tokenizer_path, encoding="utf-8") as f:
         text = f.read()
-    try:
-        tj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ExportError(f"{tokenizer_path}: not valid JSON ({e})") from e
-    if not isinstance(tj, dict) or "model" not in tj:
-        raise ExportError(f"{tokenizer_path}: not a Hugging Face tokenizer.json (no 'model')")
+    tj = parse_tokenizer_json(text, tokenizer_path)
     ids = list(tj["model"].get("vocab", {}).values()) if isinstance(tj["model"].get("vocab"), dict) else []
     ids += [t["id"] for t in tj.get("added_tokens", [])]
     if ids and max(ids) >= vocab_size:
@@ -346,13 +352,13 @@ def read_tokenizer_config(path: Optional[str]) -> Optional[str]:
 
 
 def save_module(model: torch.nn.Module, path: str, config: dict,
-                tokenizer_json: Optional[str] = None, tokenizer_config_json: Optional[str] = None) -> None:
+                tokenizer_json: Optional[str] = None,
+                more_files: Optional[Dict[str, str]] = None) -> None:
     """Script and save with the extra files (no verification, no sha256)."""
     extra = {"config.json": json.dumps(config, indent=2) + "\n"}
     if tokenizer_json is not None:
         extra[config["tokenizer"].get("file", "tokenizer.json")] = tokenizer_json
-    if tokenizer_config_json is not None:
-        extra["tokenizer_config.json"] = tokenizer_config_json
+    extra.update(more_files or {})
     scripted = torch.jit.script(model)
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
     torch.jit.save(scripted, path, _extra_files=extra)
@@ -375,7 +381,7 @@ def verify(path: str, source_logits: Callable[[torch.Tensor], torch.Tensor],
     idx = torch.randint(0, V, (2, T + 1), generator=g)
     lengths = torch.tensor([T, max(1, T // 2)])
     ref = source_logits(idx)                                   # [2, T+1, V]
-    cache = torch.zeros(m.cache_shape(2))
+    cache = torch.zeros(m.cache_shape(2), dtype=getattr(torch, cfg.get("dtype", "float32")))
     pad = idx.clone()
     pad[1, lengths[1]:] = 0                                    # padding is ignored
     logits, cache = m(pad[:, :T], torch.zeros(2, dtype=torch.long), lengths, cache)
@@ -405,7 +411,8 @@ def export_state(sd: StateDict, cfg: GPTConfig, out: str, tokenizer: dict,
     config = build_config(cfg, architecture, tokenizer)
     if os.path.exists(out + ".sha256"):
         os.remove(out + ".sha256")          # never leave a digest of an older export
-    save_module(model, out, config, tokenizer_json, tokenizer_config_json)
+    more = {"tokenizer_config.json": tokenizer_config_json} if tokenizer_config_json is not None else None
+    save_module(model, out, config, tokenizer_json, more)
     try:
         err = verify(out, source_logits)
     except Exception:

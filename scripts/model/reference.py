@@ -16,7 +16,8 @@ Policy, for each row (C = block_size, M = its max_new_tokens):
   subtracted); greedy = argmax of the penalised logits, ties to the lowest id; otherwise
   temperature, top-k, top-p over what top-k kept, min-p (relative to the most likely token);
 - log-probabilities are those of the raw logits (before penalties and temperature);
-- a row stops after M tokens or when it samples eos (eos is not part of the output);
+- a row stops after M tokens or when it samples an end-of-sequence id (any of the
+  tokenizer's eos_token_ids; it is not part of the output);
 - when the next token would land at position C, the row is re-prefilled with its most
   recent C // 2 tokens (prompt + generated so far) at positions 0..C//2-1.
 
@@ -29,7 +30,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import Collection, List, Optional, Sequence, Union
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -166,11 +167,12 @@ class _Row:
     out: List[int] = field(default_factory=list)
     done: bool = False
 
-    def advance(self, t: int, eos: Optional[int], block_size: int) -> bool:
-        """Takes the token sampled after a step. True when the cache was full and the row
-        slides its window: its recent half is re-prefilled at position 0."""
+    def advance(self, t: int, eos: Union[None, int, Collection[int]], block_size: int) -> bool:
+        """Takes the token sampled after a step (`eos`: one end-of-sequence id or several).
+        True when the cache was full and the row slides its window: its recent half is
+        re-prefilled at position 0."""
         self.pos += len(self.pending)
-        if eos is not None and t == eos:
+        if eos is not None and (t == eos if isinstance(eos, int) else t in eos):
             self.done = True
             return False
         self.out.append(t)
@@ -184,6 +186,16 @@ class _Row:
         else:
             self.pending = [t]
         return False
+
+
+def eos_ids(tokenizer: dict) -> List[int]:
+    """The end-of-sequence ids of a config.json tokenizer entry: `eos_token_ids` (a list,
+    Llama 3 / Qwen2 instruct models stop on several) or the single `eos_token_id`."""
+    ids = tokenizer.get("eos_token_ids")
+    if isinstance(ids, list):
+        return [int(i) for i in ids]
+    one = tokenizer.get("eos_token_id")
+    return [] if one is None else [int(one)]
 
 
 def truncate_prompt(ids: Sequence[int], max_new_tokens: int, block_size: int) -> List[int]:
@@ -256,9 +268,10 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
 
     If `first_logits` is a list, the logits of the first step (after each row's prompt)
     are appended to it, one [V] tensor per row. If `trace` is a list, one dict per row is
-    appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos and
+    appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos,
     min_margin (smallest top-1 minus top-2 logit over the row's steps; small margins make
-    greedy goldens fragile across BLAS builds; with penalties, of the penalised logits).
+    greedy goldens fragile across BLAS builds; with penalties, of the penalised logits) and
+    margins (that gap at each step).
 
     `sampling` (one SamplingSettings, or one per row) replaces temperature/top_k/seed. If
     `logprobs` is a list, one list per row is appended, one raw_logprobs() dict per
@@ -272,11 +285,13 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
         raise ValueError("max_new_tokens: one per prompt")
     tok = ckpt.tokenizer
     C = ckpt.block_size
-    eos = tok.get("eos_token_id")
+    eos_list = eos_ids(tok)
+    eos = frozenset(eos_list)
+    first_eos = eos_list[0] if eos_list else None
     pad = tok.get("pad_token_id")
-    pad = pad if pad is not None else (eos if eos is not None else 0)
+    pad = pad if pad is not None else (first_eos if first_eos is not None else 0)
     start = tok.get("bos_token_id")
-    start = start if start is not None else eos
+    start = start if start is not None else first_eos
     if sampling is None:
         sampling = SamplingSettings(temperature=temperature, top_k=top_k, seed=seed)
     settings = [sampling] * B if isinstance(sampling, SamplingSettings) else list(sampling)
@@ -306,6 +321,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
     cache = torch.zeros(module.cache_shape(B), dtype=dtype)
     reprefills = [0] * B
     margins = [float("inf")] * B
+    step_margins: List[List[float]] = [[] for _ in range(B)]
     first = True
     while not all(r.done for r in rows):
         logits, cache = module(*step_inputs(rows, pad), cache)
@@ -328,6 +344,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
             margins[b] = min(margins[b], gaps[b])
             if settings[b].logprobs is not None:
                 row_logprobs[b].append(raw_logprobs(logits[b], next_ids[b], settings[b].logprobs))
+            step_margins[b].append(gaps[b])
             if r.advance(next_ids[b], eos, C):   # cache full: slid by re-prefilling the recent half
                 reprefills[b] += 1
     if trace is not None:
@@ -335,7 +352,7 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
             used = r.history[:len(r.history) - len(r.out)]
             trace.append({"prompt_ids_used": used, "reprefills": reprefills[b],
                           "stopped_on_eos": r.done and len(r.out) < r.max_new,
-                          "min_margin": margins[b]})
+                          "min_margin": margins[b], "margins": step_margins[b]})
     if logprobs is not None:
         # The token that ended a row on eos is not part of its output: nor its entry.
         logprobs.extend(entries[:len(r.out)] for entries, r in zip(row_logprobs, rows))
@@ -354,6 +371,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print JSON lines with ids")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --json: add each row's trace (per-step logit margins, eos, ...)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ckpt = load(args.checkpoint)
@@ -361,10 +380,14 @@ def main(argv=None):
     prompts += [[int(x) for x in s.split(",") if x.strip()] for s in args.ids]
     if not prompts:
         ap.error("give at least one --prompt or --ids")
-    outs = generate(ckpt, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed)
-    for prompt, out in zip(prompts, outs):
+    trace: List[dict] = []
+    outs = generate(ckpt, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                    trace=trace)
+    for prompt, out, tr in zip(prompts, outs, trace):
         if args.json:
             rec = {"prompt_ids": prompt, "output_ids": out}
+            if args.trace:
+                rec.update(tr)
             if ckpt.tokenizer["kind"] == "byte":
                 rec["output"] = ckpt.decode(out)
             print(json.dumps(rec, ensure_ascii=False))

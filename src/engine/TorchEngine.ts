@@ -79,7 +79,7 @@ export class TorchEngine implements TextGenerationEngine {
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
       const { runtime, kernels, note } = await model.configure({
         contextLength: config.contextLength,
-        eosTokenIds: config.tokenizer.eosTokenId === null ? [] : [config.tokenizer.eosTokenId],
+        eosTokenIds: config.tokenizer.eosTokenIds,
         warmupToken: tokenizer.encode("a")[0] ?? 0,
         runtime: options.runtime ?? "auto",
         architecture: config.architecture,
@@ -159,14 +159,15 @@ export class TorchEngine implements TextGenerationEngine {
     if (requests.some((request) => request.stop && request.stop.length > 0)) {
       return (await this.complete(requests)).map((completion) => completion.choices[0]!.text);
     }
-    const generation = this.model.generate(requests.map((request) => this.rows(request, 0)[0]!), null);
+    const rows = requests.map((request) => this.rows(request, 0)[0]!);
+    const generation = this.model.generate(rows, null);
     // A request whose client went away stops at the next step; the others go on.
     const detach = requests.map((request, index) => onAbort(request.signal, () => generation.cancel(index)));
     try {
       const outputs = await generation.result;
-      return outputs.map((ids) => {
+      return outputs.map((ids, index) => {
         this.counts.generatedTokens += ids.length;
-        return this.tokenizer.decode(Array.from(ids));
+        return this.tokenizer.decode(Array.from(ids), Array.from(rows[index]!.tokens));
       });
     } catch (err) {
       throw asServingError(err, "ERR_INFERENCE");
@@ -332,8 +333,13 @@ export class TorchEngine implements TextGenerationEngine {
     rows.forEach((row, index) => {
       const request = requests[rowsOf.findIndex((owned) => owned.includes(index))]!;
       decoders.push(
-        new ChoiceDecoder(this.tokenizer, request.stop ?? [], row.maxNewTokens, wantsLogprobs[index]!, () =>
-          generation.cancel(index),
+        new ChoiceDecoder(
+          this.tokenizer,
+          request.stop ?? [],
+          row.maxNewTokens,
+          wantsLogprobs[index]!,
+          () => generation.cancel(index),
+          Array.from(row.tokens),
         ),
       );
     });
@@ -374,7 +380,11 @@ function onAbort(signal: AbortSignal | undefined, cancel: () => void): () => voi
   return () => signal.removeEventListener("abort", cancel);
 }
 
-/** tokenizer_config.json's `chat_template` (a string, or a list of named templates: "default"), else config.json's. */
+/**
+ * config.json's `chat_template` (what an exporter chose: export_hf.py prefers a model's
+ * chat_template.jinja), else tokenizer_config.json's (a string, or a list of named
+ * templates, of which "default" is used).
+ */
 export function findChatTemplate(files: Record<string, string>, config: ModelConfig): ChatTemplate | undefined {
   let tokenizerConfig: Record<string, unknown> = {};
   try {
@@ -391,7 +401,7 @@ export function findChatTemplate(files: Record<string, string>, config: ModelCon
     }
     return undefined;
   };
-  const template = pick(tokenizerConfig.chat_template) ?? pick(config.raw.chat_template);
+  const template = config.chatTemplate ?? pick(tokenizerConfig.chat_template);
   if (template === undefined) return undefined;
   const token = (value: unknown): string | undefined =>
     typeof value === "string" ? value : typeof (value as { content?: unknown })?.content === "string" ? (value as { content: string }).content : undefined;

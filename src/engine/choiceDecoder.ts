@@ -30,8 +30,10 @@ export class ChoiceDecoder {
     wantsLogprobs: boolean,
     /** Stops the row in the addon (a stop sequence matched). */
     private readonly cancel: () => void,
+    /** The prompt's ids: the continuation is decoded after them (SentencePiece strips a sequence's first space). */
+    context: readonly number[] = [],
   ) {
-    this.decoder = tokenizer.streamDecoder();
+    this.decoder = tokenizer.streamDecoder(context);
     this.stop = new StopMatcher(stop);
     this.logprobs = wantsLogprobs ? [] : undefined;
   }

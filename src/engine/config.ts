@@ -9,7 +9,10 @@ export interface TokenizerConfig {
   /** Extra file holding tokenizer.json (huggingface only). */
   file: string | null;
   bosTokenId: number | null;
+  /** The first end-of-sequence id (older checkpoints have only this one). */
   eosTokenId: number | null;
+  /** Every id that ends a row (`eos_token_ids`, e.g. Llama 3's <|end_of_text|> and <|eot_id|>). */
+  eosTokenIds: number[];
   addBos: boolean;
 }
 
@@ -19,6 +22,10 @@ export interface ModelConfig {
   /** Positions the model attends over (block_size). */
   contextLength: number;
   tokenizer: TokenizerConfig;
+  /** Jinja chat template of a Hugging Face export, or null. */
+  chatTemplate: string | null;
+  /** The exported model's name (the Hugging Face directory's), or null. */
+  modelName: string | null;
   /** The parsed file, for fields this server does not interpret. */
   raw: Record<string, unknown>;
 }
@@ -39,6 +46,27 @@ function tokenId(raw: Record<string, unknown>, key: string, vocabSize: number): 
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value >= vocabSize) {
     fail(`tokenizer."${key}" must be null or a token id below vocab_size (${vocabSize})`);
   }
+  return value;
+}
+
+function eosTokenIds(raw: Record<string, unknown>, first: number | null, vocabSize: number): number[] {
+  const list = raw.eos_token_ids;
+  if (list === undefined || list === null) return first === null ? [] : [first];
+  if (!Array.isArray(list)) fail(`tokenizer."eos_token_ids" must be a list of token ids`);
+  const ids = list.map((value) => {
+    if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value >= vocabSize) {
+      fail(`tokenizer."eos_token_ids" must hold token ids below vocab_size (${vocabSize}), got ${JSON.stringify(value)}`);
+    }
+    return value;
+  });
+  if (first !== null && !ids.includes(first)) fail(`tokenizer."eos_token_id" ${first} is not in "eos_token_ids"`);
+  return ids;
+}
+
+function optionalString(raw: Record<string, unknown>, key: string): string | null {
+  const value = raw[key];
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "string") fail(`"${key}" must be a string or null`);
   return value;
 }
 
@@ -63,6 +91,7 @@ export function parseModelConfig(text: string): ModelConfig {
   if (t.kind !== "byte" && t.kind !== "huggingface") fail(`tokenizer."kind" must be "byte" or "huggingface"`);
   if (t.kind === "byte" && vocabSize < 256) fail(`a byte tokenizer needs vocab_size >= 256`);
   const file = t.kind === "huggingface" ? (typeof t.file === "string" ? t.file : "tokenizer.json") : null;
+  const eosTokenId = tokenId(t, "eos_token_id", vocabSize);
   return {
     architecture: typeof config.architecture === "string" ? config.architecture : "custom",
     vocabSize,
@@ -71,9 +100,12 @@ export function parseModelConfig(text: string): ModelConfig {
       kind: t.kind,
       file,
       bosTokenId: tokenId(t, "bos_token_id", vocabSize),
-      eosTokenId: tokenId(t, "eos_token_id", vocabSize),
+      eosTokenId,
+      eosTokenIds: eosTokenIds(t, eosTokenId, vocabSize),
       addBos: t.add_bos === true,
     },
+    chatTemplate: optionalString(config, "chat_template"),
+    modelName: optionalString(config, "model_name"),
     raw: config,
   };
 }

@@ -52,10 +52,11 @@ export function loadAddon(): RawAddon {
       "Tried:",
       ...tried.map((line) => `  - ${line}`),
       "Fixes:",
-      "  1. Not built yet: run `npm run build:native` (or `bash scripts/setup.sh`, which also installs libtorch on Debian).",
+      "  1. Not built yet: run `npm run build:native` (or `bash scripts/setup.sh`, which also installs libtorch on Debian);",
+      "     installed as a dependency (its install script skipped or failed): `npm rebuild torchserve-node`.",
       "  2. libtorch missing at run time (\"libtorch.so: cannot open shared object file\"): install it",
       "     (Debian: sudo apt-get install libtorch-dev) or add your libtorch's lib folder to LD_LIBRARY_PATH.",
-      "  3. Built for another Node ABI or machine: run `npm run build:native` again on this one.",
+      "  3. Built for another Node ABI or machine: build it again on this one (as in 1).",
       "  4. A build elsewhere: point TORCHSERVE_ADDON at the .node file.",
     ].join("\n"),
   );

@@ -34,11 +34,13 @@ export class ServerProcess {
   #waiters: { predicate: (line: LogLine) => boolean; resolve: (line: LogLine) => void; reject: (err: Error) => void }[] = [];
   #exit: Exit | undefined;
 
-  constructor(env: Record<string, string>) {
+  /** `entry`: another start script, run as its own command (an installed package's bin). */
+  constructor(env: Record<string, string>, launch: { entry?: string; cwd?: string } = {}) {
     const base = { ...process.env };
     for (const name of SERVER_VARIABLES) delete base[name];
-    this.child = spawn(process.execPath, [SERVER_ENTRY], {
-      cwd: repoRoot,
+    const [command, args] = launch.entry ? [launch.entry, []] : [process.execPath, [SERVER_ENTRY]];
+    this.child = spawn(command, args, {
+      cwd: launch.cwd ?? repoRoot,
       env: { ...base, HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "0", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });

@@ -1,0 +1,234 @@
+"""Tiny random-weight models in Hugging Face layout, as a user downloads them, for tests.
+
+    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR [--only NAME ...] [--export]
+
+Writes OUT_DIR/NAME/ with config.json (architectures, torch_dtype, ...), safetensors weights
+(sharded with model.safetensors.index.json where noted), tokenizer.json,
+tokenizer_config.json (special tokens, add_bos_token, chat_template) and
+generation_config.json (eos as a list where noted); with --export also OUT_DIR/NAME.pt, the
+checkpoint export_hf.py makes of it (in the same process, which saves the tests seconds of
+Python start-up per model). Deterministic: fixed seeds, so the
+files are the same on every run and machine (the weights are generated in float64 on the
+CPU, then rounded).
+
+  llama-gqa   LlamaForCausalLM, 4 heads / 2 kv heads, untied head, SentencePiece-style
+              tokenizer (byte fallback, add_bos_token), F32, 2 shards + index
+  llama3-bf16 LlamaForCausalLM, rope_theta 500000 + rope_scaling llama3, 4 heads / 1 kv
+              head, tied head, byte-level BPE, BOS from the post-processor, eos list
+              [<|end_of_text|>, <|eot_id|>], BF16, 2 shards + index
+  qwen2       Qwen2ForCausalLM, q/k/v biases, tied head, use_sliding_window false, byte-level
+              BPE with <|im_start|>/<|im_end|>, no bos, chat template, F32, one file
+  mistral     MistralForCausalLM, sliding_window null, untied, SentencePiece-style, F16
+  gpt2        GPT2LMHeadModel (keys without "transformer.", as openai-community/gpt2), F32
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hf_tokenizer  # noqa: E402
+from safetensors_io import save_file, save_sharded  # noqa: E402
+
+LLAMA2_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'user' %}"
+                   "{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"
+                   "{% else %}{{ ' ' + message['content'] + eos_token }}{% endif %}{% endfor %}")
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}"
+                   "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
+                   "message['content'] + '<|eot_id|>' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+                   "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+SPECS = {
+    "llama-gqa": dict(arch="LlamaForCausalLM", tokenizer="spm", layers=2, hidden=64, heads=4,
+                      kv=2, inter=96, tied=False, dtype="float32", shards=2, ctx=128,
+                      rope_theta=10000.0),
+    "llama3-bf16": dict(arch="LlamaForCausalLM", tokenizer="llama3", layers=2, hidden=64,
+                        heads=4, kv=1, inter=128, tied=True, dtype="bfloat16", shards=2,
+                        ctx=256, rope_theta=500000.0,
+                        rope_scaling={"factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64,
+                                      "rope_type": "llama3"}),
+    "qwen2": dict(arch="Qwen2ForCausalLM", tokenizer="qwen2", layers=2, hidden=64, heads=4,
+                  kv=2, inter=96, tied=True, dtype="float32", shards=1, ctx=128,
+                  rope_theta=1000000.0),
+    "mistral": dict(arch="MistralForCausalLM", tokenizer="spm", layers=2, hidden=64, heads=4,
+                    kv=2, inter=96, tied=False, dtype="float16", shards=1, ctx=128,
+                    rope_theta=10000.0),
+    "gpt2": dict(arch="GPT2LMHeadModel", tokenizer="gpt2", layers=2, hidden=64, heads=4,
+                 dtype="float32", shards=1, ctx=128),
+}
+
+
+def tokenizer_files(kind: str):
+    """(tokenizer.json, tokenizer_config.json, generation eos ids, config bos/eos)."""
+    if kind == "spm":
+        tok = hf_tokenizer.tiny_sentencepiece(120)
+        tc = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+              "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
+              "chat_template": LLAMA2_TEMPLATE, "tokenizer_class": "LlamaTokenizer",
+              "legacy": True, "model_max_length": 1000000000000000019884624838656}
+        return tok, tc, [2], 1, 2
+    if kind == "llama3":
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                    "<|end_header_id|>", "<|eot_id|>"]
+        tok = hf_tokenizer.tiny_bytelevel(80, specials)
+        ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
+        bos = ids["<|begin_of_text|>"]
+        tok["post_processor"] = {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+            {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                        {"Sequence": {"id": "A", "type_id": 0}}],
+             "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                      {"Sequence": {"id": "A", "type_id": 0}},
+                      {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                      {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [bos],
+                                                      "tokens": ["<|begin_of_text|>"]}}}]}
+        tc = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+              "chat_template": LLAMA3_TEMPLATE, "tokenizer_class": "PreTrainedTokenizerFast",
+              "clean_up_tokenization_spaces": True}
+        return tok, tc, [ids["<|end_of_text|>"], ids["<|eot_id|>"]], bos, ids["<|end_of_text|>"]
+    if kind == "qwen2":
+        tok = hf_tokenizer.tiny_bytelevel(80, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+        ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
+        tc = {"add_prefix_space": False, "bos_token": None, "eos_token": "<|im_end|>",
+              "pad_token": "<|endoftext|>", "chat_template": CHATML_TEMPLATE,
+              "tokenizer_class": "Qwen2Tokenizer", "errors": "replace"}
+        return tok, tc, [ids["<|im_end|>"], ids["<|endoftext|>"]], None, ids["<|im_end|>"]
+    if kind == "gpt2":
+        tok = hf_tokenizer.tiny_bytelevel(60, ["<|endoftext|>"])
+        eot = tok["added_tokens"][0]["id"]
+        tc = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+              "unk_token": "<|endoftext|>", "add_prefix_space": False,
+              "tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024}
+        return tok, tc, [eot], eot, eot
+    raise ValueError(kind)
+
+
+def _randn(g: torch.Generator, *shape, std: float) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+
+
+def llama_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch.Tensor]:
+    D, H, KV, I = spec["hidden"], spec["heads"], spec["kv"], spec["inter"]
+    hd = D // H
+    qwen = spec["arch"] == "Qwen2ForCausalLM"
+    # Tied heads score the residual against the embeddings: with the layers' outputs as
+    # small as the embedding, greedy would just repeat the last token. Larger output
+    # projections make the continuations depend on the context.
+    out_gain = 4.0 if spec["tied"] else 1.0
+    sd = {"model.embed_tokens.weight": _randn(g, vocab, D, std=1.0)}
+    for i in range(spec["layers"]):
+        p = f"model.layers.{i}."
+        sd[p + "input_layernorm.weight"] = 1.0 + _randn(g, D, std=0.1)
+        sd[p + "post_attention_layernorm.weight"] = 1.0 + _randn(g, D, std=0.1)
+        for name, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            sd[f"{p}self_attn.{name}_proj.weight"] = _randn(g, rows, D, std=D ** -0.5)
+            if qwen:
+                sd[f"{p}self_attn.{name}_proj.bias"] = _randn(g, rows, std=0.3)
+        sd[p + "self_attn.o_proj.weight"] = _randn(g, D, H * hd, std=out_gain * (H * hd) ** -0.5)
+        sd[p + "mlp.gate_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
+        sd[p + "mlp.up_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
+        sd[p + "mlp.down_proj.weight"] = _randn(g, D, I, std=out_gain * I ** -0.5)
+    sd["model.norm.weight"] = 1.0 + _randn(g, D, std=0.1)
+    if not spec["tied"]:
+        sd["lm_head.weight"] = _randn(g, vocab, D, std=0.5)
+    return sd
+
+
+def gpt2_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch.Tensor]:
+    D = spec["hidden"]
+    sd = {"wte.weight": _randn(g, vocab, D, std=0.5), "wpe.weight": _randn(g, spec["ctx"], D, std=0.1)}
+    for i in range(spec["layers"]):
+        p = f"h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            sd[f"{p}{ln}.weight"] = 1.0 + _randn(g, D, std=0.1)
+            sd[f"{p}{ln}.bias"] = _randn(g, D, std=0.1)
+        for name, (n_in, n_out) in {"attn.c_attn": (D, 3 * D), "attn.c_proj": (D, D),
+                                    "mlp.c_fc": (D, 4 * D), "mlp.c_proj": (4 * D, D)}.items():
+            sd[f"{p}{name}.weight"] = _randn(g, n_in, n_out, std=n_in ** -0.5)   # Conv1D [in, out]
+            sd[f"{p}{name}.bias"] = _randn(g, n_out, std=0.05)
+        sd[f"{p}attn.bias"] = torch.ones(spec["ctx"], spec["ctx"]).tril().view(1, 1, spec["ctx"], spec["ctx"])
+    sd["ln_f.weight"] = 1.0 + _randn(g, D, std=0.1)
+    sd["ln_f.bias"] = _randn(g, D, std=0.1)
+    return sd
+
+
+def make(name: str, out_dir: str) -> str:
+    spec = SPECS[name]
+    path = os.path.join(out_dir, name)
+    os.makedirs(path, exist_ok=True)
+    tok, tc, gen_eos, bos, eos = tokenizer_files(spec["tokenizer"])
+    vocab = hf_tokenizer.max_token_id(tok) + 1 + 3   # a few rows more than tokens, as real models have
+    g = torch.Generator().manual_seed(sum(map(ord, name)))
+    dtype = getattr(torch, spec["dtype"])
+    if spec["arch"] == "GPT2LMHeadModel":
+        sd = gpt2_weights(spec, vocab, g)
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab,
+               "n_positions": spec["ctx"], "n_ctx": spec["ctx"], "n_embd": spec["hidden"],
+               "n_layer": spec["layers"], "n_head": spec["heads"], "activation_function": "gelu_new",
+               "layer_norm_epsilon": 1e-5, "bos_token_id": bos, "eos_token_id": eos,
+               "torch_dtype": spec["dtype"]}
+    else:
+        sd = llama_weights(spec, vocab, g)
+        model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                      "MistralForCausalLM": "mistral"}[spec["arch"]]
+        cfg = {"architectures": [spec["arch"]], "model_type": model_type, "vocab_size": vocab,
+               "hidden_size": spec["hidden"], "intermediate_size": spec["inter"],
+               "num_hidden_layers": spec["layers"], "num_attention_heads": spec["heads"],
+               "num_key_value_heads": spec["kv"], "hidden_act": "silu",
+               "max_position_embeddings": spec["ctx"], "rms_norm_eps": 1e-5,
+               "rope_theta": spec["rope_theta"], "rope_scaling": spec.get("rope_scaling"),
+               "tie_word_embeddings": spec["tied"], "bos_token_id": bos, "eos_token_id": eos,
+               "torch_dtype": spec["dtype"], "use_cache": True, "attention_dropout": 0.0}
+        if spec["arch"] == "LlamaForCausalLM":
+            cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
+        if spec["arch"] == "Qwen2ForCausalLM":
+            cfg.update({"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 21})
+        if spec["arch"] == "MistralForCausalLM":
+            cfg["sliding_window"] = None
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    for stale in os.listdir(path):
+        if stale.endswith(".safetensors") or stale == "model.safetensors.index.json":
+            os.remove(os.path.join(path, stale))
+    if spec["shards"] > 1:
+        save_sharded(weights, path, spec["shards"])
+    else:
+        save_file(weights, os.path.join(path, "model.safetensors"), {"format": "pt"})
+    gen = {"bos_token_id": bos, "eos_token_id": gen_eos if len(gen_eos) > 1 else gen_eos[0],
+           "do_sample": False}
+    for fname, obj in (("config.json", cfg), ("tokenizer.json", tok),
+                       ("tokenizer_config.json", tc), ("generation_config.json", gen)):
+        with open(os.path.join(path, fname), "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="tiny Hugging Face model directories for tests")
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", action="append", choices=sorted(SPECS))
+    ap.add_argument("--export", action="store_true", help="also export each to OUT_DIR/NAME.pt")
+    args = ap.parse_args(argv)
+    for name in args.only or sorted(SPECS):
+        path = make(name, args.out_dir)
+        print(path)
+        if args.export:
+            import export_hf
+            export_hf.export(path, path + ".pt", quiet=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+/**
+ * export_gguf.py writes the same weights llama.cpp runs: tiny random models of every kind
+ * (Llama with GQA and a SentencePiece tokenizer, Llama 3 rope scaling with a tied head, Qwen2
+ * biases, Mistral, GPT-2), exported to float32 checkpoints and to GGUF f32, generate the same
+ * greedy tokens through llama.cpp (node-llama-cpp's prebuilt CPU build, in a child process so
+ * its libraries never share a process with libtorch) as through scripts/model/reference.py,
+ * and llama.cpp tokenizes text as the project's tokenizer does.
+ *
+ * Both run float32 on the same weights, but llama.cpp's kernels differ from libtorch's (its
+ * GPT-2 GELU goes through a float16 table): tokens are compared up to the first step whose
+ * reference top-1/top-2 margin is below 0.05 logits, and at least 30 tokens per model must be
+ * compared (34 to 48 of the 48 are; all 48 agreed on the machine this was written on).
+ */
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { HuggingFaceTokenizer } from "../../src/engine/tokenizer.js";
+import { exportGgufFixtures, type HfCheckpoints, referenceGreedy } from "../helpers/hfModels.js";
+import { repoRoot } from "../helpers/fixtures.js";
+
+const NAMES = ["llama-gqa", "llama3-bf16", "qwen2", "mistral", "gpt2"];
+const PROMPTS = [[10, 20, 30, 40], [50, 60], [7], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115]];
+const TEXTS = ["the cat sat on the mat", "hello world, héllo ☃ 😀", "  two  spaces\nand a line"];
+const MAX_NEW = 12;
+const MIN_MARGIN = 0.05;
+
+interface LlamaCppResult {
+  outputs: number[][];
+  tokens: number[][];
+}
+
+describe("export_gguf.py: llama.cpp runs the same weights", function () {
+  this.timeout(180000);
+  let fixtures: HfCheckpoints;
+  let llamaCpp: LlamaCppResult[];
+
+  before(() => {
+    fixtures = exportGgufFixtures(NAMES);
+    const jobs = NAMES.map((name) => ({ gguf: join(fixtures.dir, `${name}.gguf`), prompts: PROMPTS, maxNewTokens: MAX_NEW, texts: TEXTS }));
+    const jobsFile = join(fixtures.dir, "jobs.json");
+    writeFileSync(jobsFile, JSON.stringify(jobs));
+    const result = spawnSync(process.execPath, [join(repoRoot, "scripts", "model", "llamacpp_greedy.mjs"), jobsFile], {
+      cwd: repoRoot,
+      encoding: "utf8",
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    expect(result.status, `${result.stdout}\n${result.stderr}`).to.equal(0);
+    llamaCpp = JSON.parse(result.stdout.trim().split("\n").pop()!) as LlamaCppResult[];
+  });
+  after(() => fixtures?.cleanup());
+
+  it("greedy tokens through llama.cpp equal the reference loop's on every model", () => {
+    const reference = referenceGreedy(NAMES.map((name) => ({ checkpoint: fixtures.path(name), prompts: PROMPTS, maxNewTokens: MAX_NEW })));
+    NAMES.forEach((name, i) => {
+      let compared = 0;
+      PROMPTS.forEach((prompt, p) => {
+        const ref = reference[i]![p]!;
+        let k = ref.margins.findIndex((m) => m < MIN_MARGIN);
+        if (k < 0) k = ref.output_ids.length;
+        expect(llamaCpp[i]!.outputs[p]!.slice(0, k), `${name} prompt ${prompt.slice(0, 4)}`).to.deep.equal(ref.output_ids.slice(0, k));
+        compared += k;
+      });
+      expect(compared, `${name}: tokens compared`).to.be.at.least(30);
+    });
+  });
+
+  it("llama.cpp tokenizes text as the project's tokenizer does (byte-level BPE and SentencePiece)", () => {
+    NAMES.forEach((name, i) => {
+      const tokenizer = new HuggingFaceTokenizer(JSON.parse(readFileSync(join(fixtures.dir, name, "tokenizer.json"), "utf8")));
+      TEXTS.forEach((text, t) => {
+        expect(llamaCpp[i]!.tokens[t], `${name} ${JSON.stringify(text)}`).to.deep.equal(tokenizer.encode(text));
+      });
+    });
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * Tiny Hugging Face-layout models exported to checkpoints at test time
+ * (scripts/model/make_hf_fixture.py + export_hf.py, deterministic, a few seconds), and the
+ * Python reference loop (scripts/model/reference.py) as the oracle for their greedy output.
+ */
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { repoRoot } from "./fixtures.js";
+
+const python = "/usr/bin/python3";
+const script = (name: string) => join(repoRoot, "scripts", "model", name);
+
+function run(args: string[], input?: string): string {
+  const result = spawnSync(python, args, {
+    cwd: repoRoot,
+    input,
+    env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" },
+    encoding: "utf8",
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  expect(result.status, `${args.join(" ")}\n${result.stdout}\n${result.stderr}`).to.equal(0);
+  return result.stdout;
+}
+
+export interface HfCheckpoints {
+  dir: string;
+  /** Exported checkpoint per fixture name (llama-gqa, llama3-bf16, qwen2, mistral, gpt2). */
+  path(name: string): string;
+  cleanup(): void;
+}
+
+export function exportHfFixtures(names: readonly string[]): HfCheckpoints {
+  const dir = mkdtempSync(join(tmpdir(), "hf-fixtures-"));
+  run([script("make_hf_fixture.py"), dir, "--export", ...names.flatMap((name) => ["--only", name])]);
+  return {
+    dir,
+    path: (name) => join(dir, `${name}.pt`),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+export interface ReferenceRow {
+  prompt_ids: number[];
+  output_ids: number[];
+  stopped_on_eos: boolean;
+  /** Top-1 minus top-2 logit at each step. */
+  margins: number[];
+}
+
+export interface ReferenceJob {
+  checkpoint: string;
+  prompts: number[][];
+  maxNewTokens: number;
+}
+
+/**
+ * reference.py's greedy output for each job's prompts (generated as one batch per job), in
+ * one Python process: starting Python with torch costs seconds on a busy machine.
+ */
+export function referenceGreedy(jobs: ReferenceJob[]): ReferenceRow[][] {
+  const code = `
+import json, sys, torch
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
+import reference
+torch.set_num_threads(1)
+out = []
+for job in json.loads(sys.stdin.read()):
+    ckpt = reference.load(job["checkpoint"])
+    trace = []
+    outs = reference.generate(ckpt, job["prompts"], job["maxNewTokens"], trace=trace)
+    out.append([dict(t, prompt_ids=p, output_ids=o) for p, o, t in zip(job["prompts"], outs, trace)])
+print(json.dumps(out))
+`;
+  return JSON.parse(run(["-c", code], JSON.stringify(jobs))) as ReferenceRow[][];
+}
+
+/** A copy of `checkpoint` whose config.json ends rows on `eosTokenIds` (sha256 rewritten). */
+export function withEosTokenIds(checkpoint: string, out: string, eosTokenIds: number[]): string {
+  const code = `
+import json, sys, torch
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
+import export_gpt
+src, out, ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+extra = {"config.json": "", "tokenizer.json": "", "tokenizer_config.json": ""}
+m = torch.jit.load(src, _extra_files=extra)
+cfg = json.loads(extra["config.json"])
+cfg["tokenizer"]["eos_token_ids"] = ids
+cfg["tokenizer"]["eos_token_id"] = ids[0]
+extra["config.json"] = json.dumps(cfg)
+torch.jit.save(m, out, _extra_files={k: v for k, v in extra.items() if v})
+export_gpt.write_sha256(out)
+`;
+  run(["-c", code, checkpoint, out, JSON.stringify(eosTokenIds)]);
+  return out;
+}
+
+/**
+ * The fixtures exported to float32 checkpoints and from those to GGUF f32
+ * (scripts/model/export_gguf.py), in one Python process: `${name}.pt` and `${name}.gguf`.
+ */
+export function exportGgufFixtures(names: readonly string[]): HfCheckpoints {
+  const dir = mkdtempSync(join(tmpdir(), "gguf-fixtures-"));
+  const code = `
+import json, os, sys
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
+import export_gguf, export_hf, make_hf_fixture
+out = sys.argv[1]
+for name in json.loads(sys.argv[2]):
+    src = make_hf_fixture.make(name, out)
+    export_hf.export(src, os.path.join(out, name + ".pt"), dtype="float32", quiet=True)
+    export_gguf.export(os.path.join(out, name + ".pt"), os.path.join(out, name + ".gguf"), quiet=True)
+`;
+  run(["-c", code, dir, JSON.stringify(names)]);
+  return {
+    dir,
+    path: (name) => join(dir, `${name}.pt`),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
