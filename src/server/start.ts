@@ -110,7 +110,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     rateLimiter: limiter,
     logger,
     apiKeys: config.apiKeys,
-    modelName: config.modelName ?? basename(textCkpt).replace(/\.pt$/, ""),
+    modelName: config.modelName ?? engine.config.modelName ?? basename(textCkpt).replace(/\.pt$/, ""),
   });
   const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger, apiKeys: config.apiKeys });
   // Behind a load balancer the socket address is the balancer's: trust its X-Forwarded-For

@@ -44,13 +44,14 @@ describe("OpenAI-compatible routes (hand-written engines)", function () {
     expect(DEFAULT_CHAT_TEMPLATE).to.include("add_generation_prompt");
   });
 
-  it("a checkpoint's template: tokenizer_config.json's (string or named list), else config.json's", () => {
-    const config = parseModelConfig(JSON.stringify({ vocab_size: 300, block_size: 8, tokenizer: { kind: "byte" }, chat_template: "C" }));
-    expect(findChatTemplate({}, config)).to.deep.equal({ template: "C" });
+  it("a checkpoint's template: config.json's (an exporter's choice), else tokenizer_config.json's (string or named list)", () => {
+    const withTemplate = parseModelConfig(JSON.stringify({ vocab_size: 300, block_size: 8, tokenizer: { kind: "byte" }, chat_template: "C" }));
+    const without = parseModelConfig(JSON.stringify({ vocab_size: 300, block_size: 8, tokenizer: { kind: "byte" } }));
     const named = JSON.stringify({ chat_template: [{ name: "tool_use", template: "T" }, { name: "default", template: "D" }], bos_token: { content: "<s>" }, eos_token: "</s>" });
-    expect(findChatTemplate({ "tokenizer_config.json": named }, config)).to.deep.equal({ template: "D", bosToken: "<s>", eosToken: "</s>" });
-    const none = parseModelConfig(JSON.stringify({ vocab_size: 300, block_size: 8, tokenizer: { kind: "byte" } }));
-    expect(findChatTemplate({}, none)).to.equal(undefined);
+    expect(findChatTemplate({}, withTemplate)).to.deep.equal({ template: "C" });
+    expect(findChatTemplate({ "tokenizer_config.json": named }, without)).to.deep.equal({ template: "D", bosToken: "<s>", eosToken: "</s>" });
+    expect(findChatTemplate({ "tokenizer_config.json": named }, withTemplate)).to.deep.include({ template: "C" });
+    expect(findChatTemplate({}, without)).to.equal(undefined);
   });
 
   it("the engine gets the checkpoint template's prompt, n choices in one batch call, stop applied", async () => {
