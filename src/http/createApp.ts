@@ -31,26 +31,24 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
   const shell = createAppShell({ rateLimiter, logger, apiKeys });
   const metrics = createGenerateMetrics(shell.registry, engine, maxBatchSize);
 
-  // The queue depth gauge counts both batchers' queues.
+  // Both batchers (/generate's and the /v1 routes') share the rule, the limits and the
+  // metrics; the queue depth gauge counts both queues.
+  const batching = { maxBatchSize, maxWaitMs, maxQueueSize };
+  const hooks = (other: () => { readonly queueDepth: number }) => ({
+    onBatch: (size: number) => metrics.batchSize.observe(size),
+    onDequeue: (seconds: number) => metrics.queueWait.observe(seconds),
+    onDepth: (depth: number) => metrics.queueDepth.set(depth + other().queueDepth),
+  });
   const batcher: Batcher<GenerateRequest, string> = new Batcher<GenerateRequest, string>(
     (requests) => engine.generateBatch(requests),
-    { maxBatchSize, maxWaitMs, maxQueueSize },
-    {
-      onBatch: (size) => metrics.batchSize.observe(size),
-      onDequeue: (seconds) => metrics.queueWait.observe(seconds),
-      onDepth: (depth) => metrics.queueDepth.set(depth + completions.queueDepth),
-    },
+    batching,
+    hooks(() => completions),
   );
-  // The /v1 routes' own batcher: the same rule and limits, one engine call per batch.
   const completer = completerFor(engine);
   const completions: Batcher<CompletionRequest, Completion> = new Batcher<CompletionRequest, Completion>(
     (requests) => completer.complete(requests),
-    { maxBatchSize, maxWaitMs, maxQueueSize },
-    {
-      onBatch: (size) => metrics.batchSize.observe(size),
-      onDequeue: (seconds) => metrics.queueWait.observe(seconds),
-      onDepth: (depth) => metrics.queueDepth.set(depth + batcher.queueDepth),
-    },
+    batching,
+    hooks(() => batcher),
   );
   const streams = new InFlight();
   let serving = false;

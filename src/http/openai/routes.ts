@@ -14,6 +14,7 @@ import type { LoggerLike } from "../logger.js";
 import type { GenerateMetrics } from "../metrics.js";
 import { arrivalOf } from "../requestContext.js";
 import { DONE_EVENT, dataEvent, openEventStream, writeEvent } from "../sse.js";
+import { ABORTED, closeIterator, nextStep } from "../streamRoute.js";
 import type { Completer } from "./completer.js";
 import { openAiError as openAiErrorBody } from "./errors.js";
 import { jsonBody } from "../jsonBody.js";
@@ -226,7 +227,6 @@ interface ChunkFormat {
   usage(usage: ReturnType<typeof usageOf>): object;
 }
 
-const ABORTED = Symbol("aborted");
 
 /**
  * The SSE loop of the /v1 streams: the 200 is committed at the first chunk (an engine that
@@ -246,23 +246,7 @@ async function streamChunks(
   const iterator = deps.completer.completeStream({ ...request, signal }, signal)[Symbol.asyncIterator]();
   const { metrics } = deps;
   let ended = false;
-  const next = (): Promise<IteratorResult<CompletionChunk> | typeof ABORTED> =>
-    signal.aborted
-      ? Promise.resolve(ABORTED)
-      : new Promise((resolve, reject) => {
-          const onAbort = (): void => resolve(ABORTED);
-          signal.addEventListener("abort", onAbort, { once: true });
-          iterator.next().then(
-            (step) => {
-              signal.removeEventListener("abort", onAbort);
-              resolve(step);
-            },
-            (err: unknown) => {
-              signal.removeEventListener("abort", onAbort);
-              reject(err);
-            },
-          );
-        });
+  const next = () => nextStep(iterator, signal);
   try {
     let step = await next();
     if (step === ABORTED) return void metrics.streamCancelled.inc();
@@ -299,10 +283,6 @@ async function streamChunks(
     }
   } finally {
     leave();
-    if (!ended) {
-      Promise.resolve()
-        .then(() => iterator.return?.())
-        .catch((err: unknown) => deps.logger.warn({ err }, "closing a stream iterator failed"));
-    }
+    if (!ended) closeIterator(iterator, deps.logger);
   }
 }
