@@ -118,6 +118,8 @@ export interface TextGenerationEngine {
   completeStream?(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk>;
   /** The checkpoint's chat template, when it has one; the chat route has a default. */
   chatTemplate?(): ChatTemplate | undefined;
+  /** Token ids are below this. The /v1 routes take prompts as token ids only from engines that say it. */
+  readonly vocabularySize?: number;
   /** Token counts since the engine was created. Optional for hand-written engines. */
   usage?(): EngineUsage;
   /** Releases native resources; idempotent. Optional for hand-written engines. */

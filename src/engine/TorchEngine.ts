@@ -113,6 +113,10 @@ export class TorchEngine implements TextGenerationEngine {
     return this.model.device;
   }
 
+  get vocabularySize(): number {
+    return this.config.vocabSize;
+  }
+
   usage(): EngineUsage {
     return { ...this.counts };
   }

@@ -49,6 +49,18 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
     expect(done.usage!.total_tokens).to.equal(done.usage!.prompt_tokens + done.usage!.completion_tokens);
   });
 
+  it("completions: prompts as token ids and several prompts in one request; echo", async () => {
+    const byText = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0 });
+    const byIds = await client.completions.create({ model: MODEL, prompt: [...Buffer.from("The")], max_tokens: 8, temperature: 0 });
+    expect(byIds.choices[0]!.text).to.equal(byText.choices[0]!.text);
+    const several = await client.completions.create({ model: MODEL, prompt: ["The", "In the"], max_tokens: 8, temperature: 0 });
+    expect(several.choices.map((c) => c.index)).to.deep.equal([0, 1]);
+    expect(several.choices[0]!.text).to.equal(byText.choices[0]!.text);
+    expect(several.usage!.prompt_tokens).to.equal("The".length + "In the".length);
+    const echoed = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0, echo: true });
+    expect(echoed.choices[0]!.text).to.equal("The" + byText.choices[0]!.text);
+  });
+
   it("completions stream: the pieces add up to the whole text; usage at the end when asked", async () => {
     const whole = await client.completions.create({ model: MODEL, prompt: "In the", max_tokens: 16, temperature: 0 });
     const stream = await client.completions.create({
@@ -158,6 +170,9 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
     const missing = await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e);
     expect(missing).to.be.instanceOf(OpenAI.NotFoundError);
     expect((missing as APIError).code).to.equal("model_not_found");
+    const outside = await client.completions.create({ model: MODEL, prompt: [84, 999999] }).catch((e: unknown) => e);
+    expect(outside).to.be.instanceOf(OpenAI.BadRequestError);
+    expect((outside as APIError).param).to.equal("prompt");
     // Malformed JSON (which the client never sends) is a 400 in the same shape.
     const raw = await fetch(`${base}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
     expect(raw.status).to.equal(400);

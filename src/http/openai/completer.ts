@@ -11,6 +11,8 @@ import type { Completion, CompletionChunk, CompletionRequest, GenerateRequest, T
 export interface Completer {
   /** False when token counts are unknown: responses then carry no usage. */
   readonly countsTokens: boolean;
+  /** Prompts given as token ids must be below it; undefined: such prompts are refused. */
+  readonly vocabularySize: number | undefined;
   complete(requests: readonly CompletionRequest[]): Promise<Completion[]>;
   completeStream(request: CompletionRequest, signal: AbortSignal): AsyncIterable<CompletionChunk>;
 }
@@ -19,12 +21,14 @@ export function completerFor(engine: TextGenerationEngine): Completer {
   if (engine.complete && engine.completeStream) {
     return {
       countsTokens: true,
+      vocabularySize: engine.vocabularySize,
       complete: (requests) => engine.complete!(requests),
       completeStream: (request, signal) => engine.completeStream!(request, signal),
     };
   }
   return {
     countsTokens: false,
+    vocabularySize: undefined,
     async complete(requests) {
       // n samples become n spec requests (seed + i), all in one generateBatch call.
       const expanded: GenerateRequest[] = requests.flatMap((request) => samples(request));

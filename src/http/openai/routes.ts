@@ -139,6 +139,7 @@ function completionsHandler(deps: OpenAiDeps): RequestHandler {
   return async (req, res) => {
     const parsed = parseCompletion(req.body);
     checkModel(deps, parsed.model);
+    checkTokenIds(deps, parsed.requests);
     const id = newId("cmpl");
     const created = now();
     const head = { id, object: "text_completion", created, model: deps.modelName };
@@ -201,6 +202,23 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
 function checkModel(deps: OpenAiDeps, model: string): void {
   if (model !== deps.modelName) {
     throw new ServingError("ERR_MODEL_NOT_FOUND", `The model \`${model}\` does not exist; this server serves \`${deps.modelName}\``);
+  }
+}
+
+/** A token id outside the vocabulary is this request's 400, never a failed batch for its neighbours. */
+function checkTokenIds(deps: OpenAiDeps, requests: readonly CompletionRequest[]): void {
+  if (!requests.some((request) => request.promptTokens)) return;
+  const size = deps.completer.vocabularySize;
+  const problem =
+    size === undefined
+      ? "this engine takes text prompts only"
+      : requests.some((request) => request.promptTokens?.some((id) => id >= size))
+        ? `token ids must be below the vocabulary size (${size})`
+        : undefined;
+  if (problem !== undefined) {
+    throw new ServingError("ERR_VALIDATION", `prompt: ${problem}`, {
+      detail: [{ loc: ["body", "prompt"], msg: problem, type: "value_error" }],
+    });
   }
 }
 
