@@ -42,6 +42,14 @@ for (const runtime of ["native", "torchscript"] as const) {
       expect(other!.choices.map((c) => c.text)).to.deep.equal([otherAlone, otherAlone]);
     });
 
+    it("n choices that join a generation already decoding still equal the request alone", async () => {
+      const [alone] = await engine.generateBatch([request("join me")]);
+      const running = engine.complete([request("a long one", { maxNewTokens: 60, temperature: 1, seed: 3 })]);
+      const [joined] = await engine.complete([request("join me", { n: 3 })]);
+      await running;
+      expect(joined!.choices.map((c) => c.text)).to.deep.equal([alone, alone, alone]);
+    });
+
     it("seeded samples: reproducible, choice i drawn with seed + i", async () => {
       const sampled = { temperature: 1, seed: 41, maxNewTokens: 16 };
       const [first] = await engine.complete([request("abc", { ...sampled, n: 3 })]);
