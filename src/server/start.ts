@@ -103,6 +103,8 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   );
 
   const limiter = limiterFrom(config);
+  // How many, never which: keys stay out of the log.
+  if (config.apiKeys.length > 0) logger.info({ apiKeys: config.apiKeys.length }, "API keys required on every route but /health and /metrics");
   const textApp = createApp(engine, {
     maxBatchSize: config.maxBatchSize,
     maxWaitMs: config.maxWaitMs,
