@@ -21,6 +21,7 @@ import type {
   TextGenerationEngine,
 } from "../types.js";
 import { ChoiceDecoder, type TokenEvent } from "./choiceDecoder.js";
+import { optionalSettings } from "./sampling.js";
 import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
 
@@ -363,15 +364,11 @@ export class TorchEngine implements TextGenerationEngine {
  */
 function rawSampling(request: SamplingSettings & { logprobs?: number }, sample: number): RawSamplingSettings {
   const raw: RawSamplingSettings = {
+    ...optionalSettings(request),
     temperature: request.temperature,
     topK: request.topK ?? 0,
     seed: request.seed === undefined ? -1 : request.seed + sample,
   };
-  if (request.topP !== undefined) raw.topP = request.topP;
-  if (request.minP !== undefined) raw.minP = request.minP;
-  if (request.presencePenalty !== undefined) raw.presencePenalty = request.presencePenalty;
-  if (request.frequencyPenalty !== undefined) raw.frequencyPenalty = request.frequencyPenalty;
-  if (request.repetitionPenalty !== undefined) raw.repetitionPenalty = request.repetitionPenalty;
   if (request.logprobs !== undefined) raw.logprobs = request.logprobs;
   return raw;
 }

@@ -5,6 +5,7 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import { ServingError } from "../errors.js";
 import type { GenerateRequest, SamplingSettings } from "../types.js";
+import { SAMPLING_WIRE_NAMES } from "../engine/sampling.js";
 import { generateRequestSchema, recommendPathSchema, recommendQuerySchema, type JsonSchema } from "./schemas.js";
 
 /** One violation, as listed under `detail` in a 422 body. */
@@ -23,16 +24,6 @@ export const compile = (schema: JsonSchema): ValidateFunction => ajv.compile(sch
 const validateGenerate = compile(generateRequestSchema);
 const validateRecommendPath = compile(recommendPathSchema);
 const validateRecommendQuery = compile(recommendQuerySchema);
-
-/** Wire name -> SamplingSettings field, for the optional settings of `samplingProperties`. */
-const SAMPLING_WIRE_NAMES = {
-  seed: "seed",
-  top_p: "topP",
-  min_p: "minP",
-  presence_penalty: "presencePenalty",
-  frequency_penalty: "frequencyPenalty",
-  repetition_penalty: "repetitionPenalty",
-} as const satisfies Record<string, keyof SamplingSettings>;
 
 /** The sampling part of a validated wire body: the optional settings present, and `stop` as a list. */
 export function samplingFromWire(wire: Record<string, unknown>): Partial<SamplingSettings> & { stop?: string[] } {

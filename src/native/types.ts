@@ -3,6 +3,8 @@
  * src/recsys wrap these and own validation, defaults and lifecycle.
  */
 
+import type { SamplingSettings } from "../types.js";
+
 /** A tensor crossing the boundary. int64 data travels as BigInt64Array. */
 export interface RawTensor {
   dtype: "float32" | "float64" | "int32" | "int64" | "bool";
@@ -34,23 +36,10 @@ export interface RawModule {
 
 /**
  * A row's sampling settings as the addon reads them (native/JsArgs.cc ParseSamplingSettings):
- * the public SamplingSettings with its "off" values spelled out.
+ * the public SamplingSettings with top_k 0 for the whole vocabulary, seed -1 for a drawn one,
+ * and `logprobs` (>= 0: report each token's log-probability and this many alternatives).
  */
-export interface RawSamplingSettings {
-  /** <= 1e-5 means greedy. */
-  temperature: number;
-  /** 0 means the whole vocabulary. */
-  topK: number;
-  /** >= 0 makes sampling reproducible; -1 draws a seed. */
-  seed: number;
-  topP?: number;
-  minP?: number;
-  presencePenalty?: number;
-  frequencyPenalty?: number;
-  repetitionPenalty?: number;
-  /** >= 0: report each token's log-probability and this many alternatives; -1 (default): none. */
-  logprobs?: number;
-}
+export type RawSamplingSettings = Omit<SamplingSettings, "topK" | "seed"> & { topK: number; seed: number; logprobs?: number };
 
 export interface RawGenerateRow {
   /** Prompt token ids, already truncated to fit by the caller or not: the addon keeps the most recent. */
