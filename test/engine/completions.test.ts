@@ -77,6 +77,17 @@ for (const runtime of ["native", "torchscript"] as const) {
       expect(chunks.at(-1)).to.include({ finishReason: "stop" });
     });
 
+    it("a stream of n choices: each choice's pieces add up to the request alone, each ends with its finish reason", async () => {
+      const [alone] = await engine.generateBatch([request("stream two")]);
+      const chunks = await collect(engine.completeStream(request("stream two", { n: 2 })));
+      for (const index of [0, 1]) {
+        const mine = chunks.filter((c) => c.index === index);
+        expect(mine.map((c) => c.text).join("")).to.equal(alone);
+        expect(mine.filter((c) => c.finishReason)).to.have.length(1);
+        expect(mine.at(-1)!.promptTokens).to.equal("stream two".length);
+      }
+    });
+
     it("finish reasons and token counts: length at max_tokens", async () => {
       const [done] = await engine.complete([request("ab", { maxNewTokens: 5 })]);
       expect(done!.choices[0]).to.include({ finishReason: "length", completionTokens: 5 });
