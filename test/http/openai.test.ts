@@ -96,6 +96,21 @@ describe("OpenAI-compatible routes (hand-written engines)", function () {
     }
   });
 
+  it("OpenAI fields this server does not implement are a 400 naming them, not silently ignored", async () => {
+    const running = await start(createApp(new BatchEngine({ auto: true }), { modelName: "m" }));
+    const chat = { model: "m", messages: [{ role: "user", content: "x" }] };
+    for (const [field, value] of [["tools", [{ type: "function", function: { name: "f" } }]], ["response_format", { type: "json_object" }], ["logit_bias", { "50256": -100 }]] as const) {
+      const response = await postJson(running.base, "/v1/chat/completions", { ...chat, [field]: value });
+      expect(response.status, field).to.equal(400);
+      expect(((await response.json()) as { error: { param: string } }).error.param).to.equal(field);
+    }
+    // Their "off" values are fine.
+    const off = await postJson(running.base, "/v1/chat/completions", { ...chat, tools: [], response_format: { type: "text" }, logit_bias: {} });
+    expect(off.status).to.equal(200);
+    const suffix = await postJson(running.base, "/v1/completions", { model: "m", prompt: "x", suffix: "end" });
+    expect(suffix.status).to.equal(400);
+  });
+
   it("a 400 names the offending field", async () => {
     const running = await start(createApp(new BatchEngine({ auto: true }), { modelName: "m" }));
     const bad = await postJson(running.base, "/v1/chat/completions", { model: "m", messages: [{ role: "robot", content: "x" }] });

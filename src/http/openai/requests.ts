@@ -47,8 +47,33 @@ function base(wire: Wire, maxTokens: number): Omit<CompletionRequest, "prompt"> 
   };
 }
 
+/**
+ * OpenAI fields this server does not implement: a 400 naming the field rather than output
+ * that silently differs from what was asked (their "off" values pass).
+ */
+const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
+  tools: (v) => Array.isArray(v) && v.length > 0,
+  functions: (v) => Array.isArray(v) && v.length > 0,
+  tool_choice: (v) => v !== "none",
+  function_call: (v) => v !== "none",
+  response_format: (v) => (v as { type?: unknown }).type !== "text",
+  logit_bias: (v) => typeof v === "object" && Object.keys(v as object).length > 0,
+  suffix: (v) => v !== "",
+  best_of: (v) => v !== 1,
+  audio: () => true,
+  prediction: () => true,
+};
+
+function refuseUnsupported(wire: Wire): void {
+  for (const [name, used] of Object.entries(UNSUPPORTED)) {
+    const value = wire[name];
+    if (value !== undefined && value !== null && used(value)) throw badRequest(name, "is not supported by this server");
+  }
+}
+
 export function parseCompletion(body: unknown): ParsedCompletion {
   const wire = check<Wire>(validateCompletion, body, "body");
+  refuseUnsupported(wire);
   const prompt = wire["prompt"] as string | string[] | number[] | number[][];
   const settings = base(wire, present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.completions);
   const logprobs = present<number>(wire, "logprobs");
@@ -78,6 +103,7 @@ export function parseCompletion(body: unknown): ParsedCompletion {
 
 export function parseChat(body: unknown, template: ChatTemplate | undefined): ParsedChat {
   const wire = check<Wire>(validateChat, body, "body");
+  refuseUnsupported(wire);
   const maxTokens =
     present<number>(wire, "max_completion_tokens") ?? present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.chat;
   const settings = base(wire, maxTokens);
