@@ -4,7 +4,10 @@ namespace tsn {
 
 Generation::Generation(std::vector<GenerateRow> rows)
     : outputs(rows.size()), rows_(std::move(rows)), cancelled_(new std::atomic<bool>[rows_.size()]) {
-  for (size_t i = 0; i < rows_.size(); ++i) cancelled_[i].store(false);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    cancelled_[i].store(false);
+    wantsLogprobs_ = wantsLogprobs_ || rows_[i].sampling.logprobs >= 0;
+  }
 }
 
 void Generation::Cancel(int64_t row) {
@@ -17,19 +20,24 @@ void Generation::Cancel(int64_t row) {
 
 bool Generation::Cancelled(size_t row) const { return cancelled_[row].load(); }
 
-bool Generation::Push(size_t row, int32_t token) {
+bool Generation::Push(size_t row, const SampledToken& token) {
   std::lock_guard<std::mutex> lock(pendingMutex_);
-  pending_.push_back(static_cast<int32_t>(row));
-  pending_.push_back(token);
+  pending_.pairs.push_back(static_cast<int32_t>(row));
+  pending_.pairs.push_back(static_cast<int32_t>(token.token));
+  if (wantsLogprobs_) {
+    pending_.logprobs.push_back(token.logprob);
+    pending_.topIds.insert(pending_.topIds.end(), token.topIds.begin(), token.topIds.end());
+    pending_.topLogprobs.insert(pending_.topLogprobs.end(), token.topLogprobs.begin(), token.topLogprobs.end());
+  }
   if (noticePending_) return false;
   noticePending_ = true;
   return true;
 }
 
-std::vector<int32_t> Generation::Drain() {
+TokenBatch Generation::Drain() {
   std::lock_guard<std::mutex> lock(pendingMutex_);
-  std::vector<int32_t> taken;
-  taken.swap(pending_);
+  TokenBatch taken;
+  std::swap(taken, pending_);
   noticePending_ = false;
   return taken;
 }

@@ -10,15 +10,27 @@
 #include <vector>
 
 #include "Errors.h"
+#include "Sampler.h"
 
 namespace tsn {
 
 struct GenerateRow {
   std::vector<int64_t> prompt;
   int64_t maxNewTokens = 1;
-  double temperature = 1.0;
-  int64_t topK = 0;
-  int64_t seed = -1;
+  SamplingSettings sampling;
+  // An earlier row of the same job with the same prompt whose prefill this row shares (n
+  // samples of one prompt): its cache rows are copied instead of computed. -1: none.
+  int64_t sharesPrefillWith = -1;
+};
+
+// Tokens produced since JavaScript last looked: (row, token) pairs and, when the job asked
+// for log-probabilities, one raw log-probability per pair and each row's top alternatives
+// (as many per token as that row asked for, in pair order).
+struct TokenBatch {
+  std::vector<int32_t> pairs;
+  std::vector<float> logprobs;
+  std::vector<int32_t> topIds;
+  std::vector<float> topLogprobs;
 };
 
 class Generation {
@@ -32,10 +44,13 @@ class Generation {
   void Cancel(int64_t row);
   bool Cancelled(size_t row) const;
 
+  // True when some row asked for log-probabilities.
+  bool WantsLogprobs() const { return wantsLogprobs_; }
+
   // Inference thread: records a token; true when JS must be told (no notice is pending).
-  bool Push(size_t row, int32_t token);
-  // JS thread: takes the (row, token) pairs produced since the last call.
-  std::vector<int32_t> Drain();
+  bool Push(size_t row, const SampledToken& token);
+  // JS thread: takes what was produced since the last call.
+  TokenBatch Drain();
 
   // Written by the inference thread before the completion letter is posted; read by JS
   // after it is delivered (the mailbox orders the two).
@@ -47,8 +62,9 @@ class Generation {
   std::vector<GenerateRow> rows_;
   std::unique_ptr<std::atomic<bool>[]> cancelled_;
   std::mutex pendingMutex_;  // guards pending_ and noticePending_
-  std::vector<int32_t> pending_;
+  TokenBatch pending_;
   bool noticePending_ = false;
+  bool wantsLogprobs_ = false;
 };
 
 }  // namespace tsn

@@ -116,6 +116,16 @@ void GptStepper::Begin(int64_t batch) {
   values_.Resize(perCache);
 }
 
+void GptStepper::CopyRow(int64_t from, int64_t to) {
+  if (from == to) return;
+  // A slot's heads are contiguous within a layer, in both caches.
+  const size_t perSlot = static_cast<size_t>(heads_) * headDim_ * contextPad_;
+  for (int layer = 0; layer < layers_; ++layer) {
+    std::memcpy(KeyTiles(layer, static_cast<int>(to), 0), KeyTiles(layer, static_cast<int>(from), 0), perSlot * sizeof(float));
+    std::memcpy(Values(layer, static_cast<int>(to), 0), Values(layer, static_cast<int>(from), 0), perSlot * sizeof(float));
+  }
+}
+
 int64_t GptStepper::SlotBudget() const {
   const int64_t bytesPerSlot = 2LL * layers_ * heads_ * headDim_ * contextPad_ * static_cast<int64_t>(sizeof(float));
   return std::clamp<int64_t>((256LL << 20) / bytesPerSlot, 8, 64);

@@ -30,6 +30,8 @@ class GptStepper : public Stepper {
   bool AddressableSlots() const override { return true; }
   // As many slots as fit in 256 MiB of cache (at least 8, at most 64).
   int64_t SlotBudget() const override;
+  bool CanCopyRows() const override { return true; }
+  void CopyRow(int64_t from, int64_t to) override;
   void End() override {}
 
  private:

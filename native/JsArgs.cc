@@ -1,6 +1,7 @@
 #include "JsArgs.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ErrorCodes.h"
 #include "Errors.h"
@@ -48,6 +49,32 @@ int64_t IntField(const Napi::Object& object, const char* name, int64_t fallback)
   return value.IsNumber() ? value.As<Napi::Number>().Int64Value() : fallback;
 }
 
+SamplingSettings ParseSamplingSettings(const Napi::Object& object) {
+  auto number = [&](const char* name, double fallback) {
+    Napi::Value value = object.Get(name);
+    return value.IsNumber() ? value.As<Napi::Number>().DoubleValue() : fallback;
+  };
+  SamplingSettings s;
+  s.temperature = number("temperature", s.temperature);
+  s.topK = IntField(object, "topK", s.topK);
+  s.topP = number("topP", s.topP);
+  s.minP = number("minP", s.minP);
+  s.presencePenalty = number("presencePenalty", s.presencePenalty);
+  s.frequencyPenalty = number("frequencyPenalty", s.frequencyPenalty);
+  s.repetitionPenalty = number("repetitionPenalty", s.repetitionPenalty);
+  s.seed = IntField(object, "seed", s.seed);
+  s.logprobs = IntField(object, "logprobs", s.logprobs);
+  const bool valid = s.temperature >= 0 && s.topK >= 0 && s.topP > 0 && s.topP <= 1 && s.minP >= 0 && s.minP <= 1 &&
+                     std::isfinite(s.presencePenalty) && std::isfinite(s.frequencyPenalty) &&
+                     s.repetitionPenalty > 0 && std::isfinite(s.repetitionPenalty);
+  if (!valid) {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "sampling needs temperature >= 0, topK >= 0, 0 < topP <= 1, 0 <= minP <= 1, finite penalties "
+                     "and repetitionPenalty > 0");
+  }
+  return s;
+}
+
 std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
   if (!value.IsArray() || value.As<Napi::Array>().Length() == 0) {
     throw CodedError(ErrorCode::kInvalidArgument, "generate() takes a non-empty array of rows");
@@ -66,13 +93,16 @@ std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
     GenerateRow parsed;
     parsed.prompt.assign(ids.Data(), ids.Data() + ids.ElementLength());
     parsed.maxNewTokens = IntField(row, "maxNewTokens", 1);
-    Napi::Value temperature = row.Get("temperature");
-    parsed.temperature = temperature.IsNumber() ? temperature.As<Napi::Number>().DoubleValue() : 1.0;
-    parsed.topK = IntField(row, "topK", 0);
-    parsed.seed = IntField(row, "seed", -1);
-    if (parsed.prompt.empty() || parsed.maxNewTokens < 1 || !(parsed.temperature >= 0) || parsed.topK < 0) {
-      throw CodedError(ErrorCode::kInvalidArgument,
-                       "row needs tokens (non-empty), maxNewTokens >= 1, temperature >= 0, topK >= 0");
+    if (parsed.prompt.empty() || parsed.maxNewTokens < 1) {
+      throw CodedError(ErrorCode::kInvalidArgument, "row needs tokens (non-empty) and maxNewTokens >= 1");
+    }
+    // The settings object (src/native/types.ts RawGenerateRow.sampling); the older flat
+    // form kept them on the row itself.
+    Napi::Value sampling = row.Get("sampling");
+    parsed.sampling = ParseSamplingSettings(sampling.IsObject() ? sampling.As<Napi::Object>() : row);
+    parsed.sharesPrefillWith = IntField(row, "sharesPrefillWith", -1);
+    if (parsed.sharesPrefillWith >= static_cast<int64_t>(i)) {
+      throw CodedError(ErrorCode::kInvalidArgument, "row.sharesPrefillWith must name an earlier row");
     }
     rows.push_back(std::move(parsed));
   }

@@ -14,8 +14,11 @@
 
 namespace tsn {
 
-// generate(rows): a non-empty array of {tokens: Int32Array, maxNewTokens, temperature, topK, seed}.
+// generate(rows): a non-empty array of {tokens: Int32Array, maxNewTokens, sampling,
+// sharesPrefillWith?}.
 std::vector<GenerateRow> ParseRows(const Napi::Value& value);
+// The one reader of a row's sampling settings (src/native/types.ts RawSamplingSettings).
+SamplingSettings ParseSamplingSettings(const Napi::Object& object);
 
 // configure(settings): what the decode loop needs ...
 DecodeSettings ParseDecodeSettings(const Napi::Object& settings);

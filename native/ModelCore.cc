@@ -19,7 +19,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     GenerateRow row;
     row.prompt.assign(8, warmupToken);
     row.maxNewTokens = 3;
-    row.temperature = 0;
+    row.sampling.temperature = 0;
     for (int i = 0; i < 2; ++i) {
       auto warmup = std::make_shared<ScheduledJob>();
       warmup->generation = std::make_shared<Generation>(std::vector<GenerateRow>{row, row});

@@ -1,6 +1,7 @@
 #include "Scheduler.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "DeviceMemory.h"
 #include "ErrorCodes.h"
@@ -78,8 +79,17 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
     row->feed = Tail(spec.prompt, window);
     row->history = row->feed;
     row->arrival = admitted_++;
-    row->params = {spec.temperature, spec.topK};
-    row->random = std::make_unique<RowRandom>(spec.seed);
+    row->random = std::make_unique<RowRandom>(spec.sampling.seed);
+    if (spec.sampling.Penalised()) {
+      row->penalties = std::make_unique<PenaltyState>();
+      row->penalties->prompt.insert(spec.prompt.begin(), spec.prompt.end());
+    }
+    const int64_t source = spec.sharesPrefillWith;
+    if (source >= 0 && source < static_cast<int64_t>(r) && stepper_.CanCopyRows() &&
+        specs[source].prompt == spec.prompt && specs[source].sharesPrefillWith < 0) {
+      row->prefillFrom = slots_[free[source]].get();
+      row->feed.clear();
+    }
     slots_[free[r]] = std::move(row);
   }
   return true;
@@ -87,6 +97,14 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
 
 void Scheduler::Finish(size_t slot) {
   std::shared_ptr<ScheduledJob> job = slots_[slot]->job;
+  for (auto& other : slots_) {
+    // A row that was to copy this one's prefill (cancelled before its first step) computes
+    // its own: its history still holds its prompt window.
+    if (other && other->prefillFrom == slots_[slot].get()) {
+      other->prefillFrom = nullptr;
+      other->feed = other->history;
+    }
+  }
   slots_[slot].reset();
   for (auto it = remaining_.begin(); it != remaining_.end(); ++it) {
     if (it->first == job) {
@@ -146,6 +164,7 @@ void Scheduler::Step() {
     for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
     posData[s] = row.position;
     lenData[s] = n;
+    if (row.prefillFrom) continue;  // waits for its source's prefill (below)
     if (n == static_cast<int64_t>(row.feed.size())) {
       sampling.push_back(s);
     } else if (n > 0) {
@@ -154,33 +173,46 @@ void Scheduler::Step() {
       row.feed.erase(row.feed.begin(), row.feed.begin() + n);
     }
   }
+  // A row sharing a prefill samples in the step its source's prefill completes, from a copy
+  // of the source's cache and from the source's logits.
+  std::vector<size_t> copies;
+  for (size_t s : active) {
+    const Row* source = slots_[s]->prefillFrom;
+    if (source && std::find(sampling.begin(), sampling.end(), SlotOf(source)) != sampling.end()) copies.push_back(s);
+  }
 
   at::Tensor logits = stepper_.Step(idx, pos, lengths);
+  CopyPrefills(copies);
+  sampling.insert(sampling.end(), copies.begin(), copies.end());
   if (sampling.empty()) return;
   active = sampling;
-  if (static_cast<int64_t>(active.size()) < count) {
-    logits = logits.index_select(0, Upload(at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong), logits.device()));
+  std::vector<int64_t> logitRows;
+  std::vector<SampleRow> sampleRows;
+  bool identity = static_cast<int64_t>(active.size()) == count;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const Row& row = *slots_[active[i]];
+    const size_t from = row.prefillFrom ? SlotOf(row.prefillFrom) : active[i];
+    identity = identity && from == i;
+    logitRows.push_back(static_cast<int64_t>(from));
+    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get()});
   }
-  std::vector<SamplingParams> params;
-  std::vector<RowRandom*> randoms;
-  for (size_t s : active) {
-    params.push_back(slots_[s]->params);
-    randoms.push_back(slots_[s]->random.get());
-  }
-  const std::vector<int64_t> tokens = SampleTokens(logits, params, randoms);
+  if (!identity) logits = logits.index_select(0, Upload(at::tensor(logitRows, at::kLong), logits.device()));
+  const std::vector<SampledToken> tokens = SampleTokens(logits, sampleRows);
+  for (size_t s : active) slots_[s]->prefillFrom = nullptr;
 
   for (size_t i = 0; i < active.size(); ++i) {
     const size_t s = active[i];
     Row& row = *slots_[s];
     Generation& generation = *row.job->generation;
     row.position += static_cast<int64_t>(row.feed.size());
-    const int64_t token = tokens[i];
+    const int64_t token = tokens[i].token;
     if (settings_.IsEos(token)) {
       Finish(s);
       continue;
     }
+    if (row.penalties) ++row.penalties->generated[token];
     generation.outputs[row.index].push_back(static_cast<int32_t>(token));
-    if (row.job->sink) row.job->sink(row.index, static_cast<int32_t>(token));
+    if (row.job->sink) row.job->sink(row.index, tokens[i]);
     if (static_cast<int64_t>(generation.outputs[row.index].size()) >= generation.rows()[row.index].maxNewTokens) {
       Finish(s);
       continue;
@@ -197,6 +229,26 @@ void Scheduler::Step() {
         row.history = Tail(row.history, settings_.contextLength);
       }
     }
+  }
+}
+
+size_t Scheduler::SlotOf(const Row* row) const {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].get() == row) return s;
+  }
+  throw std::logic_error("a row shares the prefill of a row that is gone");
+}
+
+void Scheduler::CopyPrefills(const std::vector<size_t>& active) {
+  for (size_t s : active) {
+    Row& row = *slots_[s];
+    if (!row.prefillFrom) continue;
+    const Row& source = *row.prefillFrom;
+    stepper_.CopyRow(static_cast<int64_t>(SlotOf(&source)), static_cast<int64_t>(s));
+    // The source's position already counts this step's feed only after the loop below; its
+    // cache now holds its whole feed.
+    row.position = source.position + static_cast<int64_t>(source.feed.size());
+    row.history = source.history;
   }
 }
 

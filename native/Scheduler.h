@@ -42,7 +42,7 @@ struct DecodeSettings {
 };
 
 // Called on the inference thread for every produced token; may be empty.
-using TokenSink = std::function<void(size_t row, int32_t token)>;
+using TokenSink = std::function<void(size_t row, const SampledToken& token)>;
 
 // A job handed to the scheduler.
 struct ScheduledJob {
@@ -72,14 +72,21 @@ class Scheduler {
     std::vector<int64_t> feed;     // tokens still to feed before the row samples again
     uint64_t arrival = 0;          // admission order, for the prefill queue
     int64_t position = 0;          // tokens already in this row's cache
-    SamplingParams params;
     std::unique_ptr<RowRandom> random;
+    std::unique_ptr<PenaltyState> penalties;  // only for penalised rows
+    // Set until the first step: the row whose prefill this one copies (same job, same
+    // prompt); this row feeds nothing meanwhile.
+    const Row* prefillFrom = nullptr;
+    const SamplingSettings& sampling() const { return job->generation->rows()[index].sampling; }
   };
 
   bool Admit(const std::shared_ptr<ScheduledJob>& job);  // false: not enough free slots
   void Finish(size_t slot);                                // the row in `slot` is done
   void FailAll(const ErrorInfo& error);
   void Step();
+  // After a step: rows that share a prefill take a copy of their source's cache.
+  void CopyPrefills(const std::vector<size_t>& active);
+  size_t SlotOf(const Row* row) const;
 
   Stepper& stepper_;
   DecodeSettings settings_;

@@ -124,4 +124,6 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
 
 void ScriptStepper::Keep(const at::Tensor& rows) { cache_ = cache_.index_select(2, rows.to(device_)); }
 
+void ScriptStepper::CopyRow(int64_t from, int64_t to) { cache_.select(2, to).copy_(cache_.select(2, from)); }
+
 }  // namespace tsn

@@ -31,6 +31,9 @@ class ScriptStepper : public Stepper {
   // The rows the memory budget holds (at least 1, at most kMaxSlots).
   int64_t SlotBudget() const override;
   void Keep(const at::Tensor& rows) override;
+  // Shares a prompt's prefill among a request's n choices (Scheduler).
+  bool CanCopyRows() const override { return true; }
+  void CopyRow(int64_t from, int64_t to) override;
   // Keeps the cache for the next Begin; the destructor frees it.
   void End() override {}
 

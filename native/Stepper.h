@@ -31,6 +31,10 @@ class Stepper {
   virtual int64_t SlotBudget() const { return 1; }
   // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
   virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
+  // True when CopyRow works: n samples of one prompt then share one prefill.
+  virtual bool CanCopyRows() const { return false; }
+  // Makes slot `to`'s cache a copy of slot `from`'s (every position).
+  virtual void CopyRow(int64_t from, int64_t to) { throw std::logic_error("this runtime does not copy rows"); }
   // Frees the cache.
   virtual void End() = 0;
 };

@@ -36,6 +36,12 @@ Napi::Int32Array ToInt32Array(Napi::Env env, const std::vector<int32_t>& values)
   return array;
 }
 
+Napi::Float32Array ToFloat32Array(Napi::Env env, const std::vector<float>& values) {
+  Napi::Float32Array array = Napi::Float32Array::New(env, values.size());
+  if (!values.empty()) std::memcpy(array.Data(), values.data(), values.size() * sizeof(float));
+  return array;
+}
+
 }  // namespace
 
 Napi::Function TorchModel::Define(Napi::Env env) {
@@ -182,8 +188,14 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   auto core = core_;
   auto mailbox = mailbox_;
   auto deliverTokens = [job, js](Napi::Env env) {
-    std::vector<int32_t> pairs = job->Drain();
-    if (!pairs.empty() && !js->onTokens.IsEmpty()) js->onTokens.Call({ToInt32Array(env, pairs)});
+    TokenBatch batch = job->Drain();
+    if (batch.pairs.empty() || js->onTokens.IsEmpty()) return;
+    if (!job->WantsLogprobs()) {
+      js->onTokens.Call({ToInt32Array(env, batch.pairs)});
+      return;
+    }
+    js->onTokens.Call({ToInt32Array(env, batch.pairs), ToFloat32Array(env, batch.logprobs),
+                       ToInt32Array(env, batch.topIds), ToFloat32Array(env, batch.topLogprobs)});
   };
   TorchModel* self = this;  // kept alive by Hold() until the completion letter
   auto complete = [self, mailbox, job, js, deliverTokens] {
@@ -206,7 +218,7 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   };
   TokenSink sink;
   if (streaming) {
-    sink = [job, mailbox, deliverTokens](size_t row, int32_t token) {
+    sink = [job, mailbox, deliverTokens](size_t row, const SampledToken& token) {
       if (job->Push(row, token)) mailbox->Post(deliverTokens);
     };
   }

@@ -21,6 +21,10 @@ export const ErrorCodes = {
   /** libtorch failed while running the model. */
   ERR_INFERENCE: 500,
   ERR_VALIDATION: 422,
+  /** An API key is required (API_KEYS) and none, or an unknown one, was sent. */
+  ERR_UNAUTHORIZED: 401,
+  /** A /v1 request names a model this server does not serve. */
+  ERR_MODEL_NOT_FOUND: 404,
   ERR_PAYLOAD_TOO_LARGE: 413,
   ERR_RATE_LIMITED: 429,
   /** The batch queue is full. */

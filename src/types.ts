@@ -4,17 +4,97 @@
  */
 import type { Express } from "express";
 
-/** One text-generation request, camelCase inside TypeScript (snake_case on the wire). */
-export interface GenerateRequest {
-  prompt: string;
-  maxNewTokens: number;
+/**
+ * How tokens are chosen: one value carried unchanged from the HTTP schema (schemas.ts
+ * `samplingProperties`) through the engine to the addon's sampler (native/Sampler.h
+ * SamplingSettings). Optional fields absent mean "off". docs/sampling.md gives the order in
+ * which they apply.
+ */
+export interface SamplingSettings {
+  /** <= 1e-5 samples greedily. */
   temperature: number;
   /** Sample among the k most likely tokens; null samples from the whole vocabulary. */
   topK: number | null;
   /** Makes sampling reproducible when set. */
   seed?: number;
+  /** Nucleus: the most likely tokens whose probabilities first reach top_p (0 < p <= 1). */
+  topP?: number;
+  /** Drops tokens less likely than min_p times the most likely one (0..1). */
+  minP?: number;
+  /** Subtracted from the logit of every token generated so far (-2..2). */
+  presencePenalty?: number;
+  /** Subtracted from a token's logit once per time it was generated (-2..2). */
+  frequencyPenalty?: number;
+  /** Divides positive (multiplies negative) logits of prompt and generated tokens (> 0). */
+  repetitionPenalty?: number;
+}
+
+/** One text-generation request, camelCase inside TypeScript (snake_case on the wire). */
+export interface GenerateRequest extends SamplingSettings {
+  prompt: string;
+  maxNewTokens: number;
+  /** Generation ends before the first of these strings (matched on decoded text). */
+  stop?: string[];
   /** Aborts this request's generation (a disconnected client); engines may ignore it. */
   signal?: AbortSignal;
+}
+
+/** A request of the OpenAI-compatible routes: a GenerateRequest with n samples and log-probabilities. */
+export interface CompletionRequest extends GenerateRequest {
+  /** Token ids to continue instead of `prompt` (which then only names them). */
+  promptTokens?: number[];
+  /** The prompt is a rendered chat template, which carries its own special tokens: no BOS is added. */
+  templated?: boolean;
+  /** Samples of the prompt, sharing one prefill. Default 1. */
+  n?: number;
+  /** Report log-probabilities of each generated token and this many alternatives (0..20). */
+  logprobs?: number;
+}
+
+/** A token's log-probability under the model's raw distribution (before temperature and penalties). */
+export interface TokenLogprob {
+  token: string;
+  /** The token's UTF-8 bytes (a byte-level token may be part of a character). */
+  bytes: number[];
+  logprob: number;
+  /** The most likely tokens at this step, most likely first. */
+  top: { token: string; bytes: number[]; logprob: number }[];
+}
+
+export type FinishReason = "stop" | "length";
+
+export interface CompletionChoice {
+  text: string;
+  finishReason: FinishReason;
+  /** Tokens generated for this choice (up to the one that completed a stop sequence). */
+  completionTokens: number;
+  logprobs?: TokenLogprob[];
+}
+
+export interface Completion {
+  /** Tokens the model was fed for the prompt. */
+  promptTokens: number;
+  /** n choices, in order. */
+  choices: CompletionChoice[];
+}
+
+/** A piece of a streamed completion: text of choice `index`, and its end when `finishReason` is set. */
+export interface CompletionChunk {
+  index: number;
+  text: string;
+  logprobs?: TokenLogprob[];
+  finishReason?: FinishReason;
+  /** On a choice's last chunk. */
+  completionTokens?: number;
+  /** On every choice's last chunk. */
+  promptTokens?: number;
+}
+
+/** A checkpoint's chat template (tokenizer_config.json or config.json `chat_template`), with the special tokens it names. */
+export interface ChatTemplate {
+  template: string;
+  bosToken?: string;
+  eosToken?: string;
 }
 
 /** Running totals an engine may report; the HTTP app exposes them as metrics. */
@@ -28,6 +108,18 @@ export interface TextGenerationEngine {
   generateBatch(requests: readonly GenerateRequest[]): Promise<string[]>;
   /** Pieces of the continuation as they are produced; stops early when `signal` aborts. */
   generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string>;
+  /**
+   * Optional, for the OpenAI-compatible routes: n choices per request, with token counts,
+   * finish reasons and log-probabilities. Runs once per batch. Without it those routes
+   * build choices from generateBatch (no usage, no log-probabilities).
+   */
+  complete?(requests: readonly CompletionRequest[]): Promise<Completion[]>;
+  /** Optional streaming form of complete(); stops early when `signal` aborts. */
+  completeStream?(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk>;
+  /** The checkpoint's chat template, when it has one; the chat route has a default. */
+  chatTemplate?(): ChatTemplate | undefined;
+  /** Token ids are below this. The /v1 routes take prompts as token ids only from engines that say it. */
+  readonly vocabularySize?: number;
   /** Token counts since the engine was created. Optional for hand-written engines. */
   usage?(): EngineUsage;
   /** Releases native resources; idempotent. Optional for hand-written engines. */
@@ -65,8 +157,14 @@ export interface CreateAppOptions {
   rateLimiter?: RateLimiter | null;
   /** Most requests waiting for a batch; beyond it /generate answers 503. Default 1024. */
   maxQueueSize?: number;
+  /** The id GET /v1/models lists and /v1 requests must name. Default "model". */
+  modelName?: string;
+  /** When non-empty, every route but /health, /metrics and /ready needs one of these keys. */
+  apiKeys?: readonly string[] | null;
 }
 
 export interface CreateRecsysAppOptions {
   rateLimiter?: RateLimiter | null;
+  /** When non-empty, every route but /health, /metrics and /ready needs one of these keys. */
+  apiKeys?: readonly string[] | null;
 }

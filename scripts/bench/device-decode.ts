@@ -43,9 +43,7 @@ try {
     Array.from({ length: batch }, (_, i) => ({
       tokens: Int32Array.from({ length: promptLength }, (_, t) => 97 + ((i + t) % 26)),
       maxNewTokens,
-      temperature: 0,
-      topK: 0,
-      seed: -1,
+      sampling: { temperature: 0, topK: 0, seed: -1 },
     }));
   const time = async (batch: number, maxNewTokens: number) => {
     const start = performance.now();

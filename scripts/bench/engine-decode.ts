@@ -73,7 +73,7 @@ function python(): Measurement & { matmulGflops: number; config: Record<string, 
 
 async function generate(model: RawLanguageModel, batch: number, prompt: number, tokens: number): Promise<number> {
   const ids = Int32Array.from({ length: prompt }, (_, i) => 65 + (i % 26));
-  const rows = Array.from({ length: batch }, () => ({ tokens: ids, maxNewTokens: tokens, temperature: 0, topK: 0, seed: -1 }));
+  const rows = Array.from({ length: batch }, () => ({ tokens: ids, maxNewTokens: tokens, sampling: { temperature: 0, topK: 0, seed: -1 } }));
   const start = performance.now();
   await model.generate(rows, null).result;
   return (performance.now() - start) / 1000;

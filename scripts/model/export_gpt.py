@@ -332,6 +332,25 @@ def write_sha256(path: str) -> str:
     return digest
 
 
+def read_tokenizer_config(path: Optional[str]) -> Optional[str]:
+    """A Hugging Face tokenizer_config.json (its chat_template, bos_token, eos_token are
+    what the server reads), checked to be a JSON object; None when not given."""
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(parsed, dict):
+        raise ExportError(f"{path}: a tokenizer_config.json must be a JSON object")
+    template = parsed.get("chat_template")
+    if template is not None and not isinstance(template, (str, list)):
+        raise ExportError(f"{path}: chat_template must be a string or a list of named templates")
+    return text
+
+
 def save_module(model: torch.nn.Module, path: str, config: dict,
                 tokenizer_json: Optional[str] = None,
                 more_files: Optional[Dict[str, str]] = None) -> None:
@@ -384,14 +403,16 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def export_state(sd: StateDict, cfg: GPTConfig, out: str, tokenizer: dict,
-                 tokenizer_json: Optional[str], source_logits: Callable, architecture="gpt"):
+                 tokenizer_json: Optional[str], source_logits: Callable, architecture="gpt",
+                 tokenizer_config_json: Optional[str] = None):
     model = GPT(cfg)
     model.load_state_dict(sd, strict=True)
     model.eval()
     config = build_config(cfg, architecture, tokenizer)
     if os.path.exists(out + ".sha256"):
         os.remove(out + ".sha256")          # never leave a digest of an older export
-    save_module(model, out, config, tokenizer_json)
+    more = {"tokenizer_config.json": tokenizer_config_json} if tokenizer_config_json is not None else None
+    save_module(model, out, config, tokenizer_json, more)
     try:
         err = verify(out, source_logits)
     except Exception:
@@ -403,7 +424,9 @@ def export_state(sd: StateDict, cfg: GPTConfig, out: str, tokenizer: dict,
 
 def export_file(kind: str, source: str, out: str, tokenizer_path: Optional[str] = None,
                 n_head: Optional[int] = None, hf_config_path: Optional[str] = None,
-                eos=None, bos=None, pad=None, add_bos=False, quiet=False) -> dict:
+                eos=None, bos=None, pad=None, add_bos=False, quiet=False,
+                tokenizer_config_path: Optional[str] = None) -> dict:
+    tokenizer_config_json = read_tokenizer_config(tokenizer_config_path)
     obj = _load_torch(source)
     if kind == "auto":
         kind = detect_kind(obj)
@@ -432,7 +455,8 @@ def export_file(kind: str, source: str, out: str, tokenizer_path: Optional[str] 
     else:
         raise ExportError(f"unknown kind {kind!r}")
     tokenizer, tok_json = tokenizer_config(cfg.vocab_size, tokenizer_path, eos, bos, pad, add_bos)
-    config, err, digest = export_state(sd, cfg, out, tokenizer, tok_json, source_logits, arch)
+    config, err, digest = export_state(sd, cfg, out, tokenizer, tok_json, source_logits, arch,
+                                       tokenizer_config_json)
     if not quiet:
         print(f"exported {kind} {source} -> {out}\n  {cfg.n_layer} layers, d={cfg.n_embd}, "
               f"{cfg.n_head} heads, context {cfg.block_size}, vocab {cfg.vocab_size}, "
@@ -453,11 +477,13 @@ def main(argv=None):
     ap.add_argument("--bos-token-id", type=int)
     ap.add_argument("--pad-token-id", type=int)
     ap.add_argument("--add-bos", action="store_true")
+    ap.add_argument("--tokenizer-config",
+                    help="Hugging Face tokenizer_config.json to embed (its chat_template serves /v1/chat/completions)")
     args = ap.parse_args(argv)
     try:
         export_file(args.kind, args.source, args.out, args.tokenizer, args.n_head,
                     args.hf_config, args.eos_token_id, args.bos_token_id, args.pad_token_id,
-                    args.add_bos)
+                    args.add_bos, tokenizer_config_path=args.tokenizer_config)
     except (ExportError, OSError) as e:
         print(f"export failed: {e}", file=sys.stderr)
         return 1

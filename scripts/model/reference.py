@@ -10,7 +10,12 @@ Policy, for each row (C = block_size, M = its max_new_tokens):
 - every step feeds each active row its pending tokens at its own position (prefill and
   decode are the same call; shorter rows are padded with pad_token_id, lengths say how many
   are real; finished rows are fed lengths = 0 and stay idle);
-- greedy = argmax, ties to the lowest id; otherwise temperature then top-k sampling;
+- sampling settings (SamplingSettings, one per row), in this order: repetition penalty
+  (prompt and generated tokens: positive logits divided, negative multiplied), then
+  frequency and presence penalties (generated tokens only: count * frequency + presence
+  subtracted); greedy = argmax of the penalised logits, ties to the lowest id; otherwise
+  temperature, top-k, top-p over what top-k kept, min-p (relative to the most likely token);
+- log-probabilities are those of the raw logits (before penalties and temperature);
 - a row stops after M tokens or when it samples an end-of-sequence id (any of the
   tokenizer's eos_token_ids; it is not part of the output);
 - when the next token would land at position C, the row is re-prefilled with its most
@@ -32,6 +37,81 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 GREEDY_TEMPERATURE = 1e-5   # temperatures at or below this are greedy (no NaN from 1/T)
+
+
+@dataclass
+class SamplingSettings:
+    """How one row chooses tokens: the Python face of src/types.ts SamplingSettings and
+    native/Sampler.h SamplingSettings (wire names of the HTTP schema)."""
+    temperature: float = 0.0
+    top_k: Optional[int] = None
+    top_p: float = 1.0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: Optional[int] = None
+    logprobs: Optional[int] = None   # report the raw log-probability and this many alternatives
+
+    @property
+    def penalised(self) -> bool:
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
+
+
+def penalise(logits: torch.Tensor, s: SamplingSettings, prompt: Sequence[int],
+             generated: Sequence[int]) -> torch.Tensor:
+    """One row's logits [V] after the repetition, frequency and presence penalties."""
+    if not s.penalised:
+        return logits
+    logits = logits.clone()
+    if s.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(prompt) | set(generated)), dtype=torch.long)
+        picked = logits[seen]
+        logits[seen] = torch.where(picked > 0, picked / s.repetition_penalty, picked * s.repetition_penalty)
+    counts = {}
+    for t in generated:
+        counts[t] = counts.get(t, 0) + 1
+    for t, n in counts.items():
+        logits[t] -= n * s.frequency_penalty + s.presence_penalty
+    return logits
+
+
+def filtered_probs(logits: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
+    """The distribution [V] one (penalised) row samples from: temperature, top-k, top-p over
+    what top-k kept (the smallest most-likely set reaching top_p, at least one token), then
+    min-p relative to the most likely token."""
+    logits = logits / s.temperature
+    if s.top_k is not None and 0 < s.top_k < logits.size(-1):
+        kth = torch.topk(logits, s.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits.double(), dim=-1)
+    if s.top_p < 1.0:
+        order = sorted(range(probs.numel()), key=lambda v: (-float(probs[v]), v))
+        cumulative, kept = 0.0, []
+        for v in order:
+            if kept and cumulative >= s.top_p:
+                break
+            if probs[v] <= 0:
+                break
+            kept.append(v)
+            cumulative += float(probs[v])
+        mask = torch.zeros_like(probs, dtype=torch.bool)
+        mask[kept] = True
+        probs = torch.where(mask, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
+    if s.min_p > 0.0:
+        probs = torch.where(probs >= s.min_p * probs.max(), probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
+    return probs
+
+
+def raw_logprobs(logits: torch.Tensor, token: int, n: int) -> dict:
+    """The raw distribution's log-probability of `token` and its n most likely tokens."""
+    lp = torch.log_softmax(logits.double(), dim=-1)
+    top = sorted(range(lp.numel()), key=lambda v: (-float(lp[v]), v))[:n]
+    return {"token": token, "logprob": float(lp[token]),
+            "top": [[v, float(lp[v])] for v in top]}
 
 
 @dataclass
@@ -159,19 +239,43 @@ def sample(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
+def choose(logits: torch.Tensor, settings: Sequence[SamplingSettings], rows: Sequence["_Row"],
+           prompts: Sequence[Sequence[int]], gens: Sequence[Optional[torch.Generator]]) -> List[int]:
+    """One token per row under its own settings (penalties need each row's history)."""
+    out = []
+    for b, (s, r) in enumerate(zip(settings, rows)):
+        if r.done:   # idle row: its logits are not looked at
+            out.append(0)
+            continue
+        row = penalise(logits[b], s, prompts[b], r.out)
+        if s.temperature <= GREEDY_TEMPERATURE:
+            out.append(int(greedy(row.unsqueeze(0))[0]))
+        else:
+            probs = filtered_probs(row, s)
+            out.append(int(torch.multinomial(probs, 1, generator=gens[b])[0]))
+    return out
+
+
 @torch.no_grad()
 def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
              max_new_tokens: Union[int, Sequence[int]], temperature: float = 0.0,
              top_k: Optional[int] = None, seed: Optional[int] = None,
              first_logits: Optional[List[torch.Tensor]] = None,
-             trace: Optional[List[dict]] = None) -> List[List[int]]:
+             trace: Optional[List[dict]] = None,
+             sampling: Union[None, SamplingSettings, Sequence[SamplingSettings]] = None,
+             logprobs: Optional[List[List[dict]]] = None) -> List[List[int]]:
     """Generated token ids for each prompt (a batch, one forward per step).
 
     If `first_logits` is a list, the logits of the first step (after each row's prompt)
     are appended to it, one [V] tensor per row. If `trace` is a list, one dict per row is
     appended: prompt_ids_used (after truncation), reprefills, stopped_on_eos,
     min_margin (smallest top-1 minus top-2 logit over the row's steps; small margins make
-    greedy goldens fragile across BLAS builds) and margins (that gap at each step)."""
+    greedy goldens fragile across BLAS builds; with penalties, of the penalised logits) and
+    margins (that gap at each step).
+
+    `sampling` (one SamplingSettings, or one per row) replaces temperature/top_k/seed. If
+    `logprobs` is a list, one list per row is appended, one raw_logprobs() dict per
+    generated token, for rows whose settings ask for them."""
     B = len(prompts)
     if B == 0:
         return []
@@ -188,9 +292,18 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
     pad = pad if pad is not None else (first_eos if first_eos is not None else 0)
     start = tok.get("bos_token_id")
     start = start if start is not None else first_eos
+    if sampling is None:
+        sampling = SamplingSettings(temperature=temperature, top_k=top_k, seed=seed)
+    settings = [sampling] * B if isinstance(sampling, SamplingSettings) else list(sampling)
+    if len(settings) != B:
+        raise ValueError("sampling: one per prompt")
+    plain = all(not s.penalised and s.top_p >= 1.0 and s.min_p <= 0.0 for s in settings) and \
+        len({(s.temperature, s.top_k, s.seed) for s in settings}) == 1
     gen = None
-    if seed is not None:
-        gen = torch.Generator().manual_seed(seed)
+    if plain and settings[0].seed is not None:
+        gen = torch.Generator().manual_seed(settings[0].seed)
+    gens = [torch.Generator().manual_seed(s.seed) if s.seed is not None else None for s in settings]
+    row_logprobs = [[] for _ in range(B)]
 
     rows = []
     for ids, m in zip(prompts, max_new_tokens):
@@ -215,13 +328,22 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
         if first and first_logits is not None:
             first_logits.extend(logits[b].clone() for b in range(B))
         first = False
-        next_ids = sample(logits, temperature, top_k, gen).tolist()
-        top2 = torch.topk(logits, 2, dim=-1).values
+        if plain:   # the original one-draw-per-step path, which the older goldens hold
+            next_ids = sample(logits, settings[0].temperature, settings[0].top_k, gen).tolist()
+            scored = logits
+        else:
+            next_ids = choose(logits, settings, rows, prompts, gens)
+            scored = torch.stack([logits[b] if rows[b].done else
+                                  penalise(logits[b], settings[b], prompts[b], rows[b].out)
+                                  for b in range(B)])
+        top2 = torch.topk(scored, 2, dim=-1).values
         gaps = (top2[:, 0] - top2[:, 1]).tolist()
         for b, r in enumerate(rows):
             if r.done:
                 continue
             margins[b] = min(margins[b], gaps[b])
+            if settings[b].logprobs is not None:
+                row_logprobs[b].append(raw_logprobs(logits[b], next_ids[b], settings[b].logprobs))
             step_margins[b].append(gaps[b])
             if r.advance(next_ids[b], eos, C):   # cache full: slid by re-prefilling the recent half
                 reprefills[b] += 1
@@ -231,6 +353,9 @@ def generate(ckpt: Checkpoint, prompts: Sequence[Sequence[int]],
             trace.append({"prompt_ids_used": used, "reprefills": reprefills[b],
                           "stopped_on_eos": r.done and len(r.out) < r.max_new,
                           "min_margin": margins[b], "margins": step_margins[b]})
+    if logprobs is not None:
+        # The token that ended a row on eos is not part of its output: nor its entry.
+        logprobs.extend(entries[:len(r.out)] for entries, r in zip(row_logprobs, rows))
     return [r.out for r in rows]
 
 

@@ -7,9 +7,21 @@ import { availableParallelism } from "node:os";
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
-import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel } from "../native/types.js";
+import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawSamplingSettings } from "../native/types.js";
 import { readEngineEnv } from "../server/config.js";
-import type { EngineUsage, GenerateRequest, TextGenerationEngine } from "../types.js";
+import type {
+  ChatTemplate,
+  Completion,
+  CompletionChoice,
+  CompletionChunk,
+  CompletionRequest,
+  EngineUsage,
+  GenerateRequest,
+  SamplingSettings,
+  TextGenerationEngine,
+} from "../types.js";
+import { ChoiceDecoder, type TokenEvent } from "./choiceDecoder.js";
+import { optionalSettings } from "./sampling.js";
 import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
 
@@ -64,6 +76,7 @@ export class TorchEngine implements TextGenerationEngine {
     readonly runtimeNote: string | undefined,
     /** The kernel family of the native runtime; undefined on TorchScript. */
     readonly kernels: KernelFamily | undefined,
+    private readonly template: ChatTemplate | undefined,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -90,7 +103,7 @@ export class TorchEngine implements TextGenerationEngine {
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
         ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
       });
-      return new TorchEngine(model, config, tokenizer, runtime, note, kernels);
+      return new TorchEngine(model, config, tokenizer, runtime, note, kernels, findChatTemplate(model.extraFiles, config));
     } catch (err) {
       await model.dispose();
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -116,44 +129,60 @@ export class TorchEngine implements TextGenerationEngine {
     return this.model.device;
   }
 
+  get vocabularySize(): number {
+    return this.config.vocabSize;
+  }
+
   usage(): EngineUsage {
     return { ...this.counts };
   }
 
-  /** Token ids the model is fed for a prompt (never empty). */
-  encodePrompt(prompt: string): number[] {
+  /** Token ids the model is fed for a prompt (never empty). `addBos: false` for a rendered chat template. */
+  encodePrompt(prompt: string, options: { addBos?: boolean } = {}): number[] {
     const ids = this.tokenizer.encode(prompt);
     const { bosTokenId, eosTokenId, addBos } = this.config.tokenizer;
-    if (addBos && bosTokenId !== null) ids.unshift(bosTokenId);
+    if (addBos && options.addBos !== false && bosTokenId !== null) ids.unshift(bosTokenId);
     if (ids.length === 0) ids.push(bosTokenId ?? eosTokenId ?? 0);
     return ids;
   }
 
-  private row(request: GenerateRequest): RawGenerateRow {
-    const tokens = Int32Array.from(this.encodePrompt(request.prompt));
-    this.counts.promptTokens += tokens.length;
-    return {
-      tokens,
-      maxNewTokens: request.maxNewTokens,
-      temperature: request.temperature,
-      topK: request.topK ?? 0,
-      seed: request.seed ?? -1,
-    };
+  /** The checkpoint's chat template: tokenizer_config.json's, else config.json's. */
+  chatTemplate(): ChatTemplate | undefined {
+    return this.template;
+  }
+
+  private promptIds(request: CompletionRequest): Int32Array {
+    const ids =
+      request.promptTokens && request.promptTokens.length > 0
+        ? request.promptTokens
+        : this.encodePrompt(request.prompt, { addBos: request.templated !== true });
+    this.counts.promptTokens += ids.length;
+    return Int32Array.from(ids);
+  }
+
+  /** The rows of one request: n samples, the later ones sharing the first one's prefill. */
+  private rows(request: CompletionRequest, firstRow: number): RawGenerateRow[] {
+    const tokens = this.promptIds(request);
+    const n = request.n ?? 1;
+    const rows: RawGenerateRow[] = [];
+    for (let i = 0; i < n; i++) {
+      const row: RawGenerateRow = { tokens, maxNewTokens: request.maxNewTokens, sampling: rawSampling(request, i) };
+      if (i > 0) row.sharesPrefillWith = firstRow;
+      rows.push(row);
+    }
+    return rows;
   }
 
   async generateBatch(requests: readonly GenerateRequest[]): Promise<string[]> {
     if (requests.length === 0) return [];
-    const rows = requests.map((request) => this.row(request));
+    // Stop sequences need the tokens as they come (to stop the row once one matches).
+    if (requests.some((request) => request.stop && request.stop.length > 0)) {
+      return (await this.complete(requests)).map((completion) => completion.choices[0]!.text);
+    }
+    const rows = requests.map((request) => this.rows(request, 0)[0]!);
     const generation = this.model.generate(rows, null);
     // A request whose client went away stops at the next step; the others go on.
-    const detach = requests.map((request, index) => {
-      const signal = request.signal;
-      if (!signal) return () => {};
-      const cancel = () => generation.cancel(index);
-      if (signal.aborted) cancel();
-      signal.addEventListener("abort", cancel, { once: true });
-      return () => signal.removeEventListener("abort", cancel);
-    });
+    const detach = requests.map((request, index) => onAbort(request.signal, () => generation.cancel(index)));
     try {
       const outputs = await generation.result;
       return outputs.map((ids, index) => {
@@ -167,12 +196,44 @@ export class TorchEngine implements TextGenerationEngine {
     }
   }
 
+  /** n choices per request in one addon call: usage, finish reasons, stop sequences, log-probabilities. */
+  async complete(requests: readonly CompletionRequest[]): Promise<Completion[]> {
+    if (requests.length === 0) return [];
+    const job = this.start(requests, () => {});
+    const detach = requests.map((request, index) =>
+      onAbort(request.signal, () => job.rowsOf[index]!.forEach((row) => job.generation.cancel(row))),
+    );
+    try {
+      await job.generation.result;
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
+    } finally {
+      for (const undo of detach) undo();
+    }
+    return requests.map((_request, index) => ({
+      promptTokens: job.promptTokens[index]!,
+      choices: job.rowsOf[index]!.map((row) => {
+        const decoder = job.decoders[row]!;
+        const text = job.texts[row]! + decoder.finish();
+        const choice: CompletionChoice = { text, finishReason: decoder.finishReason(), completionTokens: decoder.tokens };
+        const logprobs = decoder.allLogprobs();
+        if (logprobs) choice.logprobs = logprobs;
+        return choice;
+      }),
+    }));
+  }
+
   async *generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string> {
+    for await (const chunk of this.completeStream(request, signal)) {
+      if (chunk.text) yield chunk.text;
+    }
+  }
+
+  /** Pieces of the request's n choices as they are produced, each choice ending with its finish reason. */
+  async *completeStream(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk> {
     const abortSignal = signal ?? request.signal;
     if (abortSignal?.aborted) return;
-    const row = this.row(request);
-    const decoder = this.tokenizer.streamDecoder(Array.from(row.tokens));
-    const pieces: string[] = [];
+    const chunks: CompletionChunk[] = [];
     let head = 0;
     let finished = false;
     let failure: unknown;
@@ -182,32 +243,31 @@ export class TorchEngine implements TextGenerationEngine {
       wake = undefined;
       resume?.();
     };
-
-    // Decoding runs inside the addon's callbacks: a throw there must end this stream with an
-    // error, never escape into the native layer.
     const fail = (err: unknown) => {
       failure ??= err;
       finished = true;
       notify();
     };
-    const generation = this.model.generate([row], (pairs) => {
-      try {
-        for (let i = 1; i < pairs.length; i += 2) {
-          this.counts.generatedTokens += 1;
-          const piece = decoder.push([pairs[i]!]);
-          if (piece) pieces.push(piece);
-        }
-        notify();
-      } catch (err) {
-        generation.cancel();
-        fail(err);
-      }
-    });
-    generation.result.then(
+    const job = this.start([request], (row, text) => {
+      const logprobs = job.decoders[row]!.newLogprobs();
+      chunks.push(logprobs ? { index: row, text, logprobs } : { index: row, text });
+      notify();
+    }, fail);
+    job.generation.result.then(
       () => {
         try {
-          const tail = decoder.flush();
-          if (tail) pieces.push(tail);
+          job.decoders.forEach((decoder, index) => {
+            const chunk: CompletionChunk = {
+              index,
+              text: decoder.finish(),
+              finishReason: decoder.finishReason(),
+              completionTokens: decoder.tokens,
+              promptTokens: job.promptTokens[0]!,
+            };
+            const logprobs = decoder.newLogprobs();
+            if (logprobs) chunk.logprobs = logprobs;
+            chunks.push(chunk);
+          });
           finished = true;
           notify();
         } catch (err) {
@@ -216,14 +276,14 @@ export class TorchEngine implements TextGenerationEngine {
       },
       fail,
     );
-    const cancel = () => generation.cancel();
+    const cancel = () => job.generation.cancel();
     abortSignal?.addEventListener("abort", cancel, { once: true });
     try {
       for (;;) {
-        if (head < pieces.length) {
-          const piece = pieces[head]!;
-          pieces[head++] = "";
-          yield piece;
+        if (head < chunks.length) {
+          const chunk = chunks[head]!;
+          chunks[head++] = { index: 0, text: "" };
+          yield chunk;
           continue;
         }
         if (finished) {
@@ -237,8 +297,73 @@ export class TorchEngine implements TextGenerationEngine {
     } finally {
       abortSignal?.removeEventListener("abort", cancel);
       // The consumer stopped early (break, return, disconnect): stop generating.
-      if (!finished) generation.cancel();
+      if (!finished) job.generation.cancel();
     }
+  }
+
+  /**
+   * Starts one addon call for `requests` with a ChoiceDecoder per row fed by the token
+   * callback; `onText` gets each row's text as it may be shown. Decoding runs inside the
+   * addon's callbacks: a throw there cancels the call and goes to `onError`, never into the
+   * native layer.
+   */
+  private start(
+    requests: readonly CompletionRequest[],
+    onText: (row: number, text: string) => void,
+    onError: (err: unknown) => void = () => {},
+  ) {
+    const rows: RawGenerateRow[] = [];
+    const rowsOf: number[][] = [];
+    const promptTokens: number[] = [];
+    for (const request of requests) {
+      const mine = this.rows(request, rows.length);
+      rowsOf.push(mine.map((_row, i) => rows.length + i));
+      promptTokens.push(mine[0]!.tokens.length);
+      rows.push(...mine);
+    }
+    const widths = rows.map((row) => Math.max(0, row.sampling.logprobs ?? -1));
+    const wantsLogprobs = rows.map((row) => (row.sampling.logprobs ?? -1) >= 0);
+    const texts = rows.map(() => "");
+    const decoders: ChoiceDecoder[] = [];
+    const generation = this.model.generate(rows, (pairs, logprobs, topIds, topLogprobs) => {
+      try {
+        let top = 0;
+        for (let i = 0; i < pairs.length; i += 2) {
+          const row = pairs[i]!;
+          const width = widths[row]!;
+          const event: TokenEvent = { id: pairs[i + 1]! };
+          if (logprobs && wantsLogprobs[row]) {
+            event.logprob = logprobs[i / 2];
+            event.topIds = topIds?.subarray(top, top + width);
+            event.topLogprobs = topLogprobs?.subarray(top, top + width);
+          }
+          top += width;
+          this.counts.generatedTokens += 1;
+          const text = decoders[row]!.push(event);
+          if (text) {
+            texts[row] += text;
+            onText(row, text);
+          }
+        }
+      } catch (err) {
+        generation.cancel();
+        onError(err);
+      }
+    });
+    rows.forEach((row, index) => {
+      const request = requests[rowsOf.findIndex((owned) => owned.includes(index))]!;
+      decoders.push(
+        new ChoiceDecoder(
+          this.tokenizer,
+          request.stop ?? [],
+          row.maxNewTokens,
+          wantsLogprobs[index]!,
+          () => generation.cancel(index),
+          Array.from(row.tokens),
+        ),
+      );
+    });
+    return { generation, rowsOf, promptTokens, decoders, texts };
   }
 
   /** Releases the model; a generation in progress finishes first, queued ones are rejected. */
@@ -246,6 +371,62 @@ export class TorchEngine implements TextGenerationEngine {
     this.disposing ??= this.model.dispose();
     return this.disposing;
   }
+}
+
+/**
+ * The addon's form of a row's settings. Sample i of n draws with seed + i: a seeded request
+ * is reproducible, and its n choices differ.
+ */
+function rawSampling(request: SamplingSettings & { logprobs?: number }, sample: number): RawSamplingSettings {
+  const raw: RawSamplingSettings = {
+    ...optionalSettings(request),
+    temperature: request.temperature,
+    topK: request.topK ?? 0,
+    seed: request.seed === undefined ? -1 : request.seed + sample,
+  };
+  if (request.logprobs !== undefined) raw.logprobs = request.logprobs;
+  return raw;
+}
+
+/** Calls `cancel` when `signal` aborts (at once if it already has); returns the undo. */
+function onAbort(signal: AbortSignal | undefined, cancel: () => void): () => void {
+  if (!signal) return () => {};
+  if (signal.aborted) cancel();
+  signal.addEventListener("abort", cancel, { once: true });
+  return () => signal.removeEventListener("abort", cancel);
+}
+
+/**
+ * config.json's `chat_template` (what an exporter chose: export_hf.py prefers a model's
+ * chat_template.jinja), else tokenizer_config.json's (a string, or a list of named
+ * templates, of which "default" is used).
+ */
+export function findChatTemplate(files: Record<string, string>, config: ModelConfig): ChatTemplate | undefined {
+  let tokenizerConfig: Record<string, unknown> = {};
+  try {
+    tokenizerConfig = JSON.parse(files["tokenizer_config.json"] ?? "{}") as Record<string, unknown>;
+  } catch {
+    // An unreadable tokenizer_config.json already failed the tokenizer (or is not used).
+  }
+  const pick = (value: unknown): string | undefined => {
+    if (typeof value === "string" && value.trim() !== "") return value;
+    if (Array.isArray(value)) {
+      const named = value as { name?: unknown; template?: unknown }[];
+      const chosen = named.find((entry) => entry.name === "default") ?? named[0];
+      return typeof chosen?.template === "string" ? chosen.template : undefined;
+    }
+    return undefined;
+  };
+  const template = config.chatTemplate ?? pick(tokenizerConfig.chat_template);
+  if (template === undefined) return undefined;
+  const token = (value: unknown): string | undefined =>
+    typeof value === "string" ? value : typeof (value as { content?: unknown })?.content === "string" ? (value as { content: string }).content : undefined;
+  const result: ChatTemplate = { template };
+  const bos = token(tokenizerConfig.bos_token);
+  const eos = token(tokenizerConfig.eos_token);
+  if (bos !== undefined) result.bosToken = bos;
+  if (eos !== undefined) result.eosToken = eos;
+  return result;
 }
 
 function checkpointDtype(config: ModelConfig): "float32" | "bfloat16" | "float16" {

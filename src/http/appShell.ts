@@ -1,7 +1,8 @@
 /**
- * What both apps share: request metrics, /health, /metrics, /openapi.json, the rate-limit
- * middleware in front of every other route, a JSON 404 and a JSON error handler, and the
- * start()/stop() lifespan hooks.
+ * What both apps share: request metrics, /health, /metrics, /openapi.json, API keys and the
+ * rate-limit middleware in front of every other route, a JSON 404, 405 with Allow, a JSON
+ * error handler, and the start()/stop() lifespan hooks. Routes are registered as
+ * descriptors (routes.ts); the OpenAPI document and the 405 answers come from that list.
  */
 import express, { type RequestHandler } from "express";
 import type { Registry } from "prom-client";
@@ -10,12 +11,17 @@ import type { RateLimiter, ServingApp } from "../types.js";
 import { errorHandler, sendError } from "./errorResponse.js";
 import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
+import { apiKeyAuth } from "./apiKeys.js";
 import { rateLimit } from "./rateLimit.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
+import { SHARED_SCHEMAS, json, openApiDocument, ref, type RouteDescriptor } from "./routes.js";
+import type { JsonSchema } from "./schemas.js";
 
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
   logger?: LoggerLike;
+  /** When non-empty, every route registered through route() (all but /health, /metrics) needs one. */
+  apiKeys?: readonly string[] | null;
 }
 
 export interface Lifespan {
@@ -28,10 +34,10 @@ export interface AppShell {
   readonly registry: Registry;
   readonly metrics: HttpMetrics;
   readonly logger: LoggerLike;
-  /** Registers a rate-limited route, labelled in metrics by its template. */
-  route(method: "get" | "post", path: string, ...handlers: RequestHandler[]): void;
-  /** Adds /openapi.json, the 404 and the error handler, and the lifespan: the app is done. */
-  finish(openapi: object, lifespan: Lifespan): ServingApp;
+  /** Registers routes (guarded unless `open`), each labelled in metrics by its template. */
+  register(routes: readonly RouteDescriptor[]): void;
+  /** Adds /openapi.json (of every route registered), the 404 and the error handler, and the lifespan: the app is done. */
+  finish(document: { title: string; schemas: Record<string, JsonSchema> }, lifespan: Lifespan): ServingApp;
 }
 
 export function createAppShell(options: ShellOptions = {}): AppShell {
@@ -41,6 +47,7 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   // Every route's path as a pattern, with its methods: a known path asked with another
   // method is a 405 with Allow, not a 404.
   const known: { pattern: RegExp; methods: Set<string> }[] = [];
+  const routes: RouteDescriptor[] = [];
   const remember = (method: string, path: string) => {
     const source = `^${path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:\w+/g, "[^/]+")}$`;
     let entry = known.find((k) => k.pattern.source === source);
@@ -54,51 +61,97 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
 
   app.use(observeRequests(metrics));
 
-  // Registered before the limiter: probes and scrapes are never rate limited (spec §4).
-  remember("get", "/health");
-  remember("get", "/metrics");
-  app.get(
-    "/health",
-    labelRoute("/health", (_req, res) => {
-      res.json({ status: "ok" });
-    }),
-  );
-  app.get(
-    "/metrics",
-    labelRoute("/metrics", async (_req, res) => {
-      const text = await registry.metrics();
-      res.setHeader("Content-Type", registry.contentType);
-      res.send(text);
-    }),
-  );
-
   const limiter = options.rateLimiter ? rateLimit(options.rateLimiter, metrics, logger) : null;
-  // The route label is set in the same router layer as the limiter (or the handler): one
-  // layer fewer per request than a separate labelling middleware.
+  // API keys first: the limiter is keyed by the authenticated key.
+  const auth = options.apiKeys && options.apiKeys.length > 0 ? apiKeyAuth(options.apiKeys) : null;
+  const front = [auth, limiter].filter((handler): handler is RequestHandler => handler !== null);
+  // The route label is set in the same router layer as the first handler: one layer fewer
+  // per request than a separate labelling middleware.
   const guarded = (route: string, handlers: RequestHandler[]): RequestHandler[] => {
-    const [first, ...rest] = limiter ? [limiter, ...handlers] : handlers;
+    const [first, ...rest] = [...front, ...handlers];
     return [labelRoute(route, first!), ...rest];
   };
+
+  const register = (list: readonly RouteDescriptor[]): void => {
+    for (const route of list) {
+      routes.push(route);
+      remember(route.method, route.path);
+      const handlers = route.open
+        ? [labelRoute(route.path, route.handlers[0]!), ...route.handlers.slice(1)]
+        : guarded(route.path, route.handlers);
+      app[route.method](route.path, ...handlers);
+    }
+  };
+
+  // Before anything guarded: probes and scrapes are never authenticated nor rate limited (spec §4).
+  register([
+    {
+      method: "get",
+      path: "/health",
+      open: true,
+      doc: {
+        summary: "Liveness; answers whatever the lifespan state. Never rate limited.",
+        operationId: "health",
+        responses: { "200": { description: "Alive.", content: json(ref("HealthResponse")) } },
+      },
+      handlers: [
+        (_req, res) => {
+          res.json({ status: "ok" });
+        },
+      ],
+    },
+    {
+      method: "get",
+      path: "/metrics",
+      open: true,
+      doc: {
+        summary: "Prometheus metrics of this app and its process. Never rate limited.",
+        operationId: "metrics",
+        responses: {
+          "200": { description: "Text exposition format.", content: { "text/plain": { schema: { type: "string" } } } },
+        },
+      },
+      handlers: [
+        async (_req, res) => {
+          const text = await registry.metrics();
+          res.setHeader("Content-Type", registry.contentType);
+          res.send(text);
+        },
+      ],
+    },
+  ]);
 
   return {
     app,
     registry,
     metrics,
     logger,
-    route(method, path, ...handlers) {
-      remember(method, path);
-      app[method](path, ...guarded(path, handlers));
-    },
-    finish(openapi, lifespan) {
-      remember("get", "/openapi.json");
-      app.get(
-        "/openapi.json",
-        ...guarded("/openapi.json", [
-          (_req, res) => {
-            res.json(openapi);
+    register,
+    finish(document, lifespan) {
+      let openapi: object | undefined;
+      register([
+        {
+          method: "get",
+          path: "/openapi.json",
+          doc: {
+            summary: "This document.",
+            operationId: "openapi",
+            responses: { "200": { description: "OpenAPI 3.1 document.", content: json({ type: "object" }) } },
           },
-        ]),
-      );
+          handlers: [
+            (_req, res) => {
+              res.json(openapi);
+            },
+          ],
+        },
+      ]);
+      openapi = openApiDocument(routes, {
+        title: document.title,
+        schemas: { ...document.schemas, ...SHARED_SCHEMAS },
+        rateLimited: limiter !== null,
+        authenticated: auth !== null,
+      });
+      app.locals["openapi"] = openapi;
       const unmatched: RequestHandler = (req, res) => {
         const allowed = known.find((k) => k.pattern.test(req.path))?.methods;
         if (allowed) {

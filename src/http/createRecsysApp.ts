@@ -13,7 +13,17 @@ import { createAppShell } from "./appShell.js";
 import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createRecsysMetrics, type RecsysMetrics } from "./metrics.js";
-import { recsysOpenApi } from "./openapi.js";
+import { COMMON_ERRORS, json, ref } from "./routes.js";
+import {
+  historyQuerySchema,
+  historyResponseSchema,
+  moviesQuerySchema,
+  moviesResponseSchema,
+  recommendPathSchema,
+  recommendQuerySchema,
+  recommendResponseSchema,
+  type JsonSchema,
+} from "./schemas.js";
 import { mountPlayground } from "./playground/index.js";
 import { parseHistoryRequest, parseMoviesRequest, parseRecommendRequest } from "./validation.js";
 
@@ -41,18 +51,72 @@ export interface RecsysAppOptions extends CreateRecsysAppOptions {
 
 export function createRecsysApp(recommender: Recommender, options: RecsysAppOptions = {}): ServingApp {
   const rateLimiter = options.rateLimiter ?? null;
-  const shell = createAppShell({ rateLimiter, logger: options.logger });
+  const shell = createAppShell({ rateLimiter, logger: options.logger, apiKeys: options.apiKeys ?? null });
   const metrics = createRecsysMetrics(shell.registry);
   const calls = new InFlight();
   let serving = true;
 
-  shell.route("get", "/recommend/:user_id", recommendHandler(recommender, metrics, calls, () => serving));
+  const userId = (recommendPathSchema.properties as Record<string, JsonSchema>)["user_id"]!;
+  const k = (recommendQuerySchema.properties as Record<string, JsonSchema>)["k"]!;
+  const ids = (moviesQuerySchema.properties as Record<string, JsonSchema>)["ids"]!;
+  const n = (historyQuerySchema.properties as Record<string, JsonSchema>)["n"]!;
   const catalogue = catalogueOf(recommender);
-  shell.route("get", "/movies", moviesHandler(catalogue));
-  shell.route("get", "/users/:user_id/history", historyHandler(catalogue, calls, () => serving));
+  shell.register([
+    {
+      method: "get",
+      path: "/recommend/:user_id",
+      doc: {
+        summary: "Recommend movies for a user.",
+        operationId: "recommend",
+        parameters: [
+          { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
+          { name: "k", in: "query", required: false, schema: k, description: k["description"] },
+        ],
+        responses: {
+          "200": { description: "Recommended items.", content: json(ref("RecommendResponse")) },
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [recommendHandler(recommender, metrics, calls, () => serving)],
+    },
+    {
+      method: "get",
+      path: "/movies",
+      doc: {
+        summary: "Titles and genres of movies (read-only, for display).",
+        operationId: "movies",
+        parameters: [
+          // Comma-separated (`form` style, not exploded): ?ids=1,2,3.
+          { name: "ids", in: "query", required: true, style: "form", explode: false, schema: ids, description: ids["description"] },
+        ],
+        responses: {
+          "200": { description: "One entry per id, in the order asked.", content: json(ref("MoviesResponse")) },
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [moviesHandler(catalogue)],
+    },
+    {
+      method: "get",
+      path: "/users/:user_id/history",
+      doc: {
+        summary: "A user's most recent ratings stored with the model (read-only, for display).",
+        operationId: "userHistory",
+        parameters: [
+          { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
+          { name: "n", in: "query", required: false, schema: n, description: n["description"] },
+        ],
+        responses: {
+          "200": { description: "Newest first; empty for an unknown user.", content: json(ref("HistoryResponse")) },
+          ...COMMON_ERRORS,
+        },
+      },
+      handlers: [historyHandler(catalogue, calls, () => serving)],
+    },
+  ]);
   mountPlayground(shell, "recsys");
 
-  return shell.finish(recsysOpenApi({ rateLimited: rateLimiter !== null }), {
+  return shell.finish({ title: "Recommendations", schemas: { RecommendResponse: recommendResponseSchema, MoviesResponse: moviesResponseSchema, HistoryResponse: historyResponseSchema } }, {
     async start() {
       serving = true;
     },

@@ -6,6 +6,7 @@
 import type { ErrorRequestHandler, Response } from "express";
 import { ServingError, asServingError } from "../errors.js";
 import type { LoggerLike } from "./logger.js";
+import { isOpenAiPath, openAiError } from "./openai/errors.js";
 import { invalid } from "./validation.js";
 
 export interface ErrorBody {
@@ -25,6 +26,12 @@ export function errorBody(err: ServingError): ErrorBody {
 export function sendError(res: Response, err: ServingError): void {
   if (err.status === 503 && !res.hasHeader("Retry-After")) {
     res.setHeader("Retry-After", String(RETRY_AFTER_UNAVAILABLE_S));
+  }
+  // The OpenAI-compatible routes answer in OpenAI's error shape (openai/errors.ts).
+  if (isOpenAiPath(res.req.path)) {
+    const { status, body } = openAiError(err);
+    res.status(status).json(body);
+    return;
   }
   res.status(err.status).json(errorBody(err));
 }

@@ -1,188 +1,38 @@
 /**
- * OpenAPI 3.1 documents of the two apps, built from the same schemas validation compiles:
- * one source of truth for what is enforced and what is documented.
+ * The apps' OpenAPI 3.1 documents, for tools that want them without a server. They are the
+ * documents the apps serve at /openapi.json: derived from the route descriptors each app
+ * registers (routes.ts), with the schemas validation compiles.
  */
-import {
-  MAX_BODY_BYTES,
-  errorSchema,
-  generateRequestSchema,
-  generateResponseSchema,
-  healthResponseSchema,
-  historyQuerySchema,
-  historyResponseSchema,
-  moviesQuerySchema,
-  moviesResponseSchema,
-  recommendPathSchema,
-  recommendQuerySchema,
-  recommendResponseSchema,
-  streamChunkSchema,
-  validationErrorSchema,
-  type JsonSchema,
-} from "./schemas.js";
+import type { Express } from "express";
+import type { RateLimiter } from "../types.js";
+import { createApp } from "./createApp.js";
+import { createRecsysApp } from "./createRecsysApp.js";
 
 export interface OpenApiOptions {
   /** List 429 on rate-limited routes (when the app has a limiter). Default true. */
   rateLimited?: boolean;
+  /** List 401 on guarded routes (when the app has API keys). Default false. */
+  authenticated?: boolean;
 }
 
-type Responses = Record<string, object>;
-
-const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
-const json = (schema: object) => ({ "application/json": { schema } });
-const errorResponse = (description: string) => ({ description, content: json(ref("Error")) });
-
-const RETRY_AFTER = {
-  "Retry-After": { description: "Seconds to wait before retrying (whole, at least 1).", schema: { type: "integer", minimum: 1 } },
+const neverCalled = (): never => {
+  throw new Error("a documentation-only app never serves");
 };
+const anyLimiter: RateLimiter = { allow: () => true };
 
-const COMMON_ERRORS: Responses = {
-  "422": { description: "Invalid body or parameter: every violation is listed.", content: json(ref("ValidationError")) },
-  "500": errorResponse("Internal failure: the engine or recommender failed (for /generate, that batch only)."),
-  "503": { ...errorResponse("Not serving (before start, after stop) or the queue is full."), headers: RETRY_AFTER },
-};
-
-const RATE_LIMITED: Responses = {
-  "429": { ...errorResponse("The rate limiter denied the request."), headers: RETRY_AFTER },
-};
-
-const SHARED_PATHS = {
-  "/health": {
-    get: {
-      summary: "Liveness; answers whatever the lifespan state. Never rate limited.",
-      operationId: "health",
-      responses: { "200": { description: "Alive.", content: json(ref("HealthResponse")) } },
-    },
-  },
-  "/metrics": {
-    get: {
-      summary: "Prometheus metrics of this app and its process. Never rate limited.",
-      operationId: "metrics",
-      responses: {
-        "200": { description: "Text exposition format.", content: { "text/plain": { schema: { type: "string" } } } },
-      },
-    },
-  },
-};
-
-function document(title: string, paths: object, schemas: Record<string, JsonSchema>, limited: Responses): object {
+function appOptions(options: OpenApiOptions) {
   return {
-    openapi: "3.1.0",
-    info: { title, version: "0.1.0" },
-    paths: {
-      ...SHARED_PATHS,
-      ...paths,
-      "/openapi.json": {
-        get: {
-          summary: "This document.",
-          operationId: "openapi",
-          responses: { "200": { description: "OpenAPI 3.1 document.", content: json({ type: "object" }) }, ...limited },
-        },
-      },
-    },
-    components: {
-      schemas: { ...schemas, HealthResponse: healthResponseSchema, ValidationError: validationErrorSchema, Error: errorSchema },
-    },
+    rateLimiter: options.rateLimited === false ? null : anyLimiter,
+    apiKeys: options.authenticated ? ["documentation-only"] : null,
   };
 }
 
+const documentOf = (app: Express): object => app.locals["openapi"] as object;
+
 export function generateOpenApi(options: OpenApiOptions = {}): object {
-  const limited = options.rateLimited === false ? {} : RATE_LIMITED;
-  const body = { required: true, content: json(ref("GenerateRequest")) };
-  const tooLarge = { "413": errorResponse(`Body larger than ${MAX_BODY_BYTES} bytes.`) };
-  return document(
-    "Text generation",
-    {
-      "/generate": {
-        post: {
-          summary: "Continue a prompt. Requests are grouped into batches for the engine.",
-          operationId: "generate",
-          requestBody: body,
-          responses: {
-            "200": { description: "The continuation.", content: json(ref("GenerateResponse")) },
-            ...tooLarge,
-            ...limited,
-            ...COMMON_ERRORS,
-          },
-        },
-      },
-      "/generate/stream": {
-        post: {
-          summary: "Continue a prompt, piece by piece, as server-sent events. Not batched.",
-          operationId: "generateStream",
-          requestBody: body,
-          responses: {
-            "200": {
-              description: `${streamChunkSchema.description}`,
-              content: { "text/event-stream": { schema: { type: "string" } } },
-            },
-            ...tooLarge,
-            ...limited,
-            ...COMMON_ERRORS,
-          },
-        },
-      },
-    },
-    { GenerateRequest: generateRequestSchema, GenerateResponse: generateResponseSchema, StreamChunk: streamChunkSchema },
-    limited,
-  );
+  return documentOf(createApp({ generateBatch: neverCalled, generateStream: neverCalled }, appOptions(options)));
 }
 
 export function recsysOpenApi(options: OpenApiOptions = {}): object {
-  const limited = options.rateLimited === false ? {} : RATE_LIMITED;
-  const userId = (recommendPathSchema.properties as Record<string, JsonSchema>)["user_id"]!;
-  const k = (recommendQuerySchema.properties as Record<string, JsonSchema>)["k"]!;
-  const ids = (moviesQuerySchema.properties as Record<string, JsonSchema>)["ids"]!;
-  const n = (historyQuerySchema.properties as Record<string, JsonSchema>)["n"]!;
-  return document(
-    "Recommendations",
-    {
-      "/recommend/{user_id}": {
-        get: {
-          summary: "Recommend movies for a user.",
-          operationId: "recommend",
-          parameters: [
-            { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
-            { name: "k", in: "query", required: false, schema: k, description: k["description"] },
-          ],
-          responses: {
-            "200": { description: "Recommended items.", content: json(ref("RecommendResponse")) },
-            ...limited,
-            ...COMMON_ERRORS,
-          },
-        },
-      },
-      "/movies": {
-        get: {
-          summary: "Titles and genres of movies (read-only, for display).",
-          operationId: "movies",
-          parameters: [
-            // Comma-separated (`form` style, not exploded): ?ids=1,2,3.
-            { name: "ids", in: "query", required: true, style: "form", explode: false, schema: ids, description: ids["description"] },
-          ],
-          responses: {
-            "200": { description: "One entry per id, in the order asked.", content: json(ref("MoviesResponse")) },
-            ...limited,
-            ...COMMON_ERRORS,
-          },
-        },
-      },
-      "/users/{user_id}/history": {
-        get: {
-          summary: "A user's most recent ratings stored with the model (read-only, for display).",
-          operationId: "userHistory",
-          parameters: [
-            { name: "user_id", in: "path", required: true, schema: userId, description: userId["description"] },
-            { name: "n", in: "query", required: false, schema: n, description: n["description"] },
-          ],
-          responses: {
-            "200": { description: "Newest first; empty for an unknown user.", content: json(ref("HistoryResponse")) },
-            ...limited,
-            ...COMMON_ERRORS,
-          },
-        },
-      },
-    },
-    { RecommendResponse: recommendResponseSchema, MoviesResponse: moviesResponseSchema, HistoryResponse: historyResponseSchema },
-    limited,
-  );
+  return documentOf(createRecsysApp({ recommend: neverCalled }, appOptions(options)));
 }

@@ -8,6 +8,7 @@
 import type { Request, RequestHandler } from "express";
 import { ServingError } from "../errors.js";
 import type { RateLimiter } from "../types.js";
+import { authenticatedClient } from "./apiKeys.js";
 import { sendError } from "./errorResponse.js";
 import type { LoggerLike } from "./logger.js";
 import type { HttpMetrics } from "./metrics.js";
@@ -16,6 +17,9 @@ import { routeOf } from "./requestContext.js";
 const DEFAULT_RETRY_AFTER_S = 1;
 
 export function rateLimitKey(req: Request): string {
+  // With API keys configured: a digest of the authenticated key (apiKeys.ts).
+  const client = req.res ? authenticatedClient(req.res) : undefined;
+  if (client !== undefined) return client;
   const apiKey = req.get("x-api-key");
   if (apiKey !== undefined && apiKey !== "") return apiKey;
   const host = req.ip ?? req.socket.remoteAddress ?? "unknown";

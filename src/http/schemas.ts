@@ -16,6 +16,62 @@ export const K_MAX = 100;
 
 export type JsonSchema = { readonly [keyword: string]: unknown };
 
+export const STOP_MAX = 4;
+export const STOP_MAX_CHARS = 100;
+
+/**
+ * The sampling settings beyond the spec's temperature and top_k, in wire names: one fragment
+ * for /generate (as documented extensions) and the /v1 routes. validation.ts turns them into
+ * a SamplingSettings with one table (SAMPLING_WIRE_NAMES), the addon reads that value in one
+ * function (native/JsArgs.cc ParseSamplingSettings).
+ */
+export const samplingProperties = deepFreeze({
+  seed: {
+    type: "integer",
+    minimum: 0,
+    maximum: Number.MAX_SAFE_INTEGER,
+    description: "Extension: makes sampling reproducible (with n > 1, choice i draws with seed + i).",
+  },
+  top_p: {
+    type: "number",
+    exclusiveMinimum: 0,
+    maximum: 1,
+    description: "Extension: sample among the most likely tokens whose probabilities first reach top_p.",
+  },
+  min_p: {
+    type: "number",
+    minimum: 0,
+    maximum: 1,
+    description: "Extension: drop tokens less likely than min_p times the most likely one.",
+  },
+  presence_penalty: {
+    type: "number",
+    minimum: -2,
+    maximum: 2,
+    description: "Extension: subtracted from the logit of every token generated so far.",
+  },
+  frequency_penalty: {
+    type: "number",
+    minimum: -2,
+    maximum: 2,
+    description: "Extension: subtracted from a token's logit once per time it was generated.",
+  },
+  repetition_penalty: {
+    type: "number",
+    exclusiveMinimum: 0,
+    maximum: 10,
+    description: "Extension: divides positive (multiplies negative) logits of tokens in the prompt or generated so far.",
+  },
+  stop: {
+    oneOf: [
+      { type: "string", minLength: 1, maxLength: STOP_MAX_CHARS },
+      { type: "array", maxItems: STOP_MAX, items: { type: "string", minLength: 1, maxLength: STOP_MAX_CHARS } },
+      { type: "null" },
+    ],
+    description: `Extension: generation ends before the first of these strings (up to ${STOP_MAX}); it is not part of the text.`,
+  },
+});
+
 export const generateRequestSchema = deepFreeze({
   title: "GenerateRequest",
   description: "A prompt to continue. Unknown fields are ignored; types are strict (no coercion).",
@@ -48,12 +104,7 @@ export const generateRequestSchema = deepFreeze({
       default: null,
       description: "Sample among the k most likely tokens; null (or absent) means the whole vocabulary.",
     },
-    seed: {
-      type: "integer",
-      minimum: 0,
-      maximum: Number.MAX_SAFE_INTEGER,
-      description: "Extension: makes sampling reproducible.",
-    },
+    ...samplingProperties,
   },
 });
 

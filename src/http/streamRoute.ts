@@ -25,8 +25,8 @@ export interface StreamDeps {
   isServing(): boolean;
 }
 
-const ABORTED = Symbol("aborted");
-type Step = IteratorResult<string> | typeof ABORTED;
+export const ABORTED = Symbol("aborted");
+type Step<T = string> = IteratorResult<T> | typeof ABORTED;
 
 export function streamHandler(deps: StreamDeps): RequestHandler {
   return async (req, res) => {
@@ -79,13 +79,13 @@ async function stream(deps: StreamDeps, request: GenerateRequest, res: Response)
 }
 
 /** The next piece, or ABORTED as soon as the client leaves (even if the engine ignores the signal). */
-function nextStep(iterator: AsyncIterator<string>, signal: AbortSignal): Promise<Step> {
+export function nextStep<T>(iterator: AsyncIterator<T>, signal: AbortSignal): Promise<Step<T>> {
   const next = iterator.next();
   if (signal.aborted) {
     next.catch(() => {});
     return Promise.resolve(ABORTED);
   }
-  return new Promise<Step>((resolve, reject) => {
+  return new Promise<Step<T>>((resolve, reject) => {
     const onAbort = (): void => resolve(ABORTED);
     signal.addEventListener("abort", onAbort, { once: true });
     next.then(
@@ -102,7 +102,7 @@ function nextStep(iterator: AsyncIterator<string>, signal: AbortSignal): Promise
 }
 
 /** Lets the engine's generator run its cleanup; never waits for it. */
-function closeIterator(iterator: AsyncIterator<string>, logger: LoggerLike): void {
+export function closeIterator(iterator: AsyncIterator<unknown>, logger: LoggerLike): void {
   Promise.resolve()
     .then(() => iterator.return?.())
     .catch((err: unknown) => logger.warn({ err }, "closing a stream iterator failed"));

@@ -4,7 +4,8 @@
  */
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import { ServingError } from "../errors.js";
-import type { GenerateRequest } from "../types.js";
+import type { GenerateRequest, SamplingSettings } from "../types.js";
+import { SAMPLING_WIRE_NAMES } from "../engine/sampling.js";
 import {
   generateRequestSchema,
   historyQuerySchema,
@@ -21,37 +22,44 @@ export interface ValidationIssue {
   type: string;
 }
 
-type Location = "body" | "path" | "query";
+export type Location = "body" | "path" | "query";
 
 // Types are strict (no coercion); defaults come from the schemas; every violation is listed.
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, coerceTypes: false, allowUnionTypes: true });
 
-const compile = (schema: JsonSchema): ValidateFunction => ajv.compile(schema as Record<string, unknown>);
+export const compile = (schema: JsonSchema): ValidateFunction => ajv.compile(schema as Record<string, unknown>);
 const validateGenerate = compile(generateRequestSchema);
 const validateRecommendPath = compile(recommendPathSchema);
 const validateRecommendQuery = compile(recommendQuerySchema);
 const validateMoviesQuery = compile(moviesQuerySchema);
 const validateHistoryQuery = compile(historyQuerySchema);
 
-interface GenerateWire {
-  prompt: string;
-  max_new_tokens: number;
-  temperature: number;
-  top_k: number | null;
-  seed?: number;
+/** The sampling part of a validated wire body: the optional settings present, and `stop` as a list. */
+export function samplingFromWire(wire: Record<string, unknown>): Partial<SamplingSettings> & { stop?: string[] } {
+  const settings: Partial<Record<keyof SamplingSettings, unknown>> & { stop?: string[] } = {};
+  for (const [wireName, name] of Object.entries(SAMPLING_WIRE_NAMES)) {
+    if (wire[wireName] !== undefined && wire[wireName] !== null) settings[name] = wire[wireName];
+  }
+  const stop = wire["stop"];
+  if (typeof stop === "string") settings.stop = [stop];
+  else if (Array.isArray(stop) && stop.length > 0) settings.stop = stop as string[];
+  return settings as Partial<SamplingSettings> & { stop?: string[] };
 }
 
 /** Validates a parsed JSON body (defaults filled in) and returns the engine's request. */
 export function parseGenerateRequest(body: unknown): GenerateRequest {
-  const wire = check<GenerateWire>(validateGenerate, body, "body");
-  const request: GenerateRequest = {
+  const wire = check<Record<string, unknown> & { prompt: string; max_new_tokens: number; temperature: number; top_k: number | null }>(
+    validateGenerate,
+    body,
+    "body",
+  );
+  return {
     prompt: wire.prompt,
     maxNewTokens: wire.max_new_tokens,
     temperature: wire.temperature,
     topK: wire.top_k,
+    ...samplingFromWire(wire),
   };
-  if (wire.seed !== undefined) request.seed = wire.seed;
-  return request;
 }
 
 /** Validates GET /recommend/{user_id}?k= from Express's raw strings. */
@@ -105,7 +113,7 @@ function integerOrRaw(value: unknown): unknown {
   return typeof value === "string" && /^-?[0-9]+$/.test(value) ? Number(value) : value;
 }
 
-function check<T>(validate: ValidateFunction, data: unknown, where: Location): T {
+export function check<T>(validate: ValidateFunction, data: unknown, where: Location): T {
   const issues: ValidationIssue[] = [];
   const value = tryCheck<T>(validate, data, where, issues);
   if (value === undefined) throw invalid(issues);

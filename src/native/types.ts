@@ -3,6 +3,8 @@
  * src/recsys wrap these and own validation, defaults and lifecycle.
  */
 
+import type { SamplingSettings } from "../types.js";
+
 /** A tensor crossing the boundary. int64 data travels as BigInt64Array. */
 export interface RawTensor {
   dtype: "float32" | "float64" | "int32" | "int64" | "bool";
@@ -32,17 +34,33 @@ export interface RawModule {
   dispose(): Promise<void>;
 }
 
+/**
+ * A row's sampling settings as the addon reads them (native/JsArgs.cc ParseSamplingSettings):
+ * the public SamplingSettings with top_k 0 for the whole vocabulary, seed -1 for a drawn one,
+ * and `logprobs` (>= 0: report each token's log-probability and this many alternatives).
+ */
+export type RawSamplingSettings = Omit<SamplingSettings, "topK" | "seed"> & { topK: number; seed: number; logprobs?: number };
+
 export interface RawGenerateRow {
   /** Prompt token ids, already truncated to fit by the caller or not: the addon keeps the most recent. */
   tokens: Int32Array;
   maxNewTokens: number;
-  /** <= 1e-5 means greedy. */
-  temperature: number;
-  /** 0 means the whole vocabulary. */
-  topK: number;
-  /** >= 0 makes sampling reproducible; -1 draws a seed. */
-  seed: number;
+  sampling: RawSamplingSettings;
+  /** An earlier row of this call with the same tokens: this row copies its prefill (n samples of one prompt). */
+  sharesPrefillWith?: number;
 }
+
+/**
+ * Tokens since the last call: (row, token) pairs; when a row asked for log-probabilities,
+ * also one raw log-probability per pair and, flattened in pair order, each pair's row's
+ * `logprobs` alternatives (ids and log-probabilities).
+ */
+export type RawTokenCallback = (
+  pairs: Int32Array,
+  logprobs?: Float32Array,
+  topIds?: Int32Array,
+  topLogprobs?: Float32Array,
+) => void;
 
 export interface RawGeneration {
   /** Generated token ids per row (end-of-sequence excluded). Rejects with a coded Error. */
@@ -55,8 +73,8 @@ export interface RawGeneration {
 export interface RawLanguageModel extends RawModule {
   /** Chooses the runtime for the checkpoint and warms it up; call once before generate(). */
   configure(settings: RawLanguageModelSettings): Promise<RawRuntimeChoice>;
-  /** Queues a job on the model's inference thread. `onTokens` receives (row, token) pairs. */
-  generate(rows: RawGenerateRow[], onTokens: ((pairs: Int32Array) => void) | null): RawGeneration;
+  /** Queues a job on the model's inference thread. `onTokens` receives the tokens as they come. */
+  generate(rows: RawGenerateRow[], onTokens: RawTokenCallback | null): RawGeneration;
 }
 
 export interface RawLanguageModelSettings {

@@ -4,7 +4,10 @@
  * and the `*FromEnv` factories (readEngineEnv, readRecommenderEnv) all read through it, so a
  * variable means the same everywhere. README "Configuration" lists them all.
  */
+import { readFileSync } from "node:fs";
+
 import { ServingError } from "../errors.js";
+import { parseApiKeys } from "../http/apiKeys.js";
 
 export type RuntimeChoice = "auto" | "native" | "torchscript";
 export type KernelsCap = "auto" | "avx512" | "avx2" | "baseline";
@@ -63,6 +66,10 @@ export interface ServerConfig {
   shutdownTimeoutMs: number;
   /** Express "trust proxy": whom to believe in X-Forwarded-For for the client address. */
   trustProxy: boolean | number | string;
+  /** API_KEYS and API_KEYS_FILE together; empty: no authentication. */
+  apiKeys: string[];
+  /** SERVICE_MODEL_NAME: the model id of /v1; undefined: the checkpoint's file name without .pt. */
+  modelName: string | undefined;
 }
 
 /** "true"/"false", a hop count, or addresses/subnets as Express takes them. */
@@ -72,6 +79,22 @@ function trustProxy(env: NodeJS.ProcessEnv): boolean | number | string {
   if (raw === "true") return true;
   if (/^\d+$/.test(raw)) return Number(raw);
   return raw;
+}
+
+/** API_KEYS (comma-separated) plus API_KEYS_FILE (one key a line); a file that cannot be read is a startup error. */
+function apiKeys(env: NodeJS.ProcessEnv): string[] {
+  const file = text(env, "API_KEYS_FILE");
+  let fileText: string | undefined;
+  if (file !== undefined) {
+    try {
+      fileText = readFileSync(file, "utf8");
+    } catch (err) {
+      throw new ServingError("ERR_CONFIG", `API_KEYS_FILE cannot be read: ${(err as Error).message}`);
+    }
+  }
+  const keys = parseApiKeys(text(env, "API_KEYS"), fileText);
+  if (file !== undefined && keys.length === 0) throw new ServingError("ERR_CONFIG", `API_KEYS_FILE ${file} holds no key`);
+  return keys;
 }
 
 function text(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -152,6 +175,8 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     logLevel: text(env, "LOG_LEVEL") ?? "info",
     shutdownTimeoutMs: number(env, "SHUTDOWN_TIMEOUT_MS", 30000, nonNegative, "a number of milliseconds >= 0"),
     trustProxy: trustProxy(env),
+    apiKeys: apiKeys(env),
+    modelName: text(env, "SERVICE_MODEL_NAME"),
   };
   if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
     throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");

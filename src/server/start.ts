@@ -5,7 +5,7 @@
  */
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../engine/TorchEngine.js";
@@ -105,14 +105,18 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   );
 
   const limiter = limiterFrom(config);
+  // How many, never which: keys stay out of the log.
+  if (config.apiKeys.length > 0) logger.info({ apiKeys: config.apiKeys.length }, "API keys required on every route but /health and /metrics");
   const textApp = createApp(engine, {
     maxBatchSize: config.maxBatchSize,
     maxWaitMs: config.maxWaitMs,
     maxQueueSize: config.maxQueueSize,
     rateLimiter: limiter,
     logger,
+    apiKeys: config.apiKeys,
+    modelName: config.modelName ?? engine.config.modelName ?? basename(textCkpt).replace(/\.pt$/, ""),
   });
-  const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger });
+  const recsysApp = createRecsysApp(recommender, { rateLimiter: limiter, logger, apiKeys: config.apiKeys });
   // Behind a load balancer the socket address is the balancer's: trust its X-Forwarded-For
   // when told to, so rate-limit keys are the real clients.
   textApp.set("trust proxy", config.trustProxy);

@@ -37,7 +37,9 @@ describe("GET /openapi.json", function () {
     expect(response.status).to.equal(200);
     const doc = (await response.json()) as Document;
     expect(doc.openapi).to.equal("3.1.0");
-    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/generate", "/generate/stream", "/health", "/metrics", "/openapi.json"]);
+    expect(Object.keys(doc.paths).sort()).to.deep.equal([
+      "/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/v1/chat/completions", "/v1/completions", "/v1/models",
+    ]);
     for (const path of ["/generate", "/generate/stream"]) {
       const post = doc.paths[path]!["post"]!;
       expect(post.requestBody!.content["application/json"]!.schema).to.deep.equal({ $ref: "#/components/schemas/GenerateRequest" });
@@ -48,7 +50,11 @@ describe("GET /openapi.json", function () {
     expect(doc.paths["/generate/stream"]!["post"]!.responses["200"]!.content).to.have.property("text/event-stream");
     // The very schema validation compiles, not a copy that could drift.
     expect(doc.components.schemas["GenerateRequest"]).to.deep.equal(JSON.parse(JSON.stringify(schemas.generateRequestSchema)));
-    expect(doc.components.schemas["GenerateRequest"]!["properties"]).to.have.keys("prompt", "max_new_tokens", "temperature", "top_k", "seed");
+    // The spec's fields, then the documented sampling extensions.
+    expect(doc.components.schemas["GenerateRequest"]!["properties"]).to.have.keys(
+      "prompt", "max_new_tokens", "temperature", "top_k",
+      "seed", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop",
+    );
   });
 
   it("documents what the app answers: real responses validate against the document's schemas", async () => {

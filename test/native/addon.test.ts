@@ -13,9 +13,7 @@ import { fixture, goldenFor, type GoldenCase } from "../helpers/fixtures.js";
 const greedy = (c: GoldenCase): RawGenerateRow => ({
   tokens: Int32Array.from(c.prompt_ids),
   maxNewTokens: c.max_new_tokens,
-  temperature: 0,
-  topK: 0,
-  seed: -1,
+  sampling: { temperature: 0, topK: 0, seed: -1 },
 });
 
 
@@ -109,10 +107,10 @@ describe("native addon", function () {
     after(() => model.dispose());
 
     it("a seeded row gives the same tokens alone and inside any batch", async () => {
-      const row = { tokens: prompt, maxNewTokens: 40, temperature: 1, topK: 5, seed: 1234 };
+      const row = { tokens: prompt, maxNewTokens: 40, sampling: { temperature: 1, topK: 5, seed: 1234 } };
       const [alone] = await model.generate([row], null).result;
       const batch = await model.generate(
-        [{ ...row, topK: 0, temperature: 0.7, seed: 9 }, row, { ...row, temperature: 0 }],
+        [{ ...row, sampling: { topK: 0, temperature: 0.7, seed: 9 } }, row, { ...row, sampling: { ...row.sampling, temperature: 0 } }],
         null,
       ).result;
       expect(Array.from(batch[1]!)).to.deep.equal(Array.from(alone!));
@@ -123,8 +121,8 @@ describe("native addon", function () {
       const c = golden.cases[0]!;
       const outs = await model.generate(
         [
-          { ...greedy(c), temperature: 5, topK: 1, seed: 3 },
-          { ...greedy(c), temperature: 1, topK: 0, seed: 4 },
+          { ...greedy(c), sampling: { temperature: 5, topK: 1, seed: 3 } },
+          { ...greedy(c), sampling: { temperature: 1, topK: 0, seed: 4 } },
         ],
         null,
       ).result;
@@ -133,15 +131,15 @@ describe("native addon", function () {
 
     it("treats a temperature of 1e-9 as greedy and top_k beyond the vocabulary as all of it", async () => {
       const c = golden.cases[0]!;
-      const [tiny] = await model.generate([{ ...greedy(c), temperature: 1e-9, topK: 100000, seed: 5 }], null).result;
+      const [tiny] = await model.generate([{ ...greedy(c), sampling: { temperature: 1e-9, topK: 100000, seed: 5 } }], null).result;
       expect(Array.from(tiny!)).to.deep.equal(c.output_ids);
-      const [hot] = await model.generate([{ ...greedy(c), temperature: 5, topK: 100000, seed: 5 }], null).result;
+      const [hot] = await model.generate([{ ...greedy(c), sampling: { temperature: 5, topK: 100000, seed: 5 } }], null).result;
       expect(hot!.length).to.equal(c.max_new_tokens);
       for (const id of hot!) expect(id).to.be.within(0, 258);
     });
 
     it("a cancelled row stops at the next step while the others finish", async () => {
-      const long = { tokens: prompt, maxNewTokens: 400, temperature: 1, topK: 0, seed: 1 };
+      const long = { tokens: prompt, maxNewTokens: 400, sampling: { temperature: 1, topK: 0, seed: 1 } };
       let seen = 0;
       const generation = model.generate([long, long], (pairs) => {
         for (let i = 0; i < pairs.length; i += 2) {
@@ -178,7 +176,7 @@ describe("native addon", function () {
         let longDone = false;
         let started!: () => void;
         const firstToken = new Promise<void>((resolve) => (started = resolve));
-        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: 500, temperature: 1, topK: 0, seed: 1 }], () => started());
+        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: 500, sampling: { temperature: 1, topK: 0, seed: 1 } }], () => started());
         long.result.then(() => (longDone = true), () => {});
         await firstToken;
         const c = golden.cases[0]!;
@@ -206,8 +204,8 @@ describe("native addon", function () {
         let seen = -1;
         const generation = model.generate(
           [
-            { tokens: Int32Array.of(72, 105), maxNewTokens: 40, temperature: 0, topK: 0, seed: -1 },
-            { tokens: long, maxNewTokens: 2, temperature: 0, topK: 0, seed: -1 },
+            { tokens: Int32Array.of(72, 105), maxNewTokens: 40, sampling: { temperature: 0, topK: 0, seed: -1 } },
+            { tokens: long, maxNewTokens: 2, sampling: { temperature: 0, topK: 0, seed: -1 } },
           ],
           (pairs) => {
             for (let i = 0; i < pairs.length; i += 2) {
@@ -309,12 +307,12 @@ describe("native addon", function () {
     it("bad arguments reject (never throw) with ERR_INVALID_ARGUMENT", async () => {
       const model = await load(fixture("tiny-gpt.pt"));
       try {
-        const beforeConfigure = await rejection(model.generate([{ tokens: Int32Array.of(1), maxNewTokens: 1, temperature: 0, topK: 0, seed: -1 }], null).result);
+        const beforeConfigure = await rejection(model.generate([{ tokens: Int32Array.of(1), maxNewTokens: 1, sampling: { temperature: 0, topK: 0, seed: -1 } }], null).result);
         expect(beforeConfigure.code).to.equal("ERR_INVALID_ARGUMENT");
         await model.configure({ contextLength: 64, eosTokenId: 257 });
         const empty = await rejection(model.generate([], null).result);
         expect(empty.code).to.equal("ERR_INVALID_ARGUMENT");
-        const noTokens = await rejection(model.generate([{ tokens: new Int32Array(0), maxNewTokens: 1, temperature: 0, topK: 0, seed: -1 }], null).result);
+        const noTokens = await rejection(model.generate([{ tokens: new Int32Array(0), maxNewTokens: 1, sampling: { temperature: 0, topK: 0, seed: -1 } }], null).result);
         expect(noTokens.code).to.equal("ERR_INVALID_ARGUMENT");
         const noMethod = await rejection(model.run("no_such_method", []));
         expect(noMethod.code).to.equal("ERR_INVALID_ARGUMENT");
@@ -332,7 +330,7 @@ describe("native addon", function () {
         // The native runtime, so its compute team (a worker thread at threads: 2) is covered too.
         const { runtime } = await model.configure({ contextLength: 64, eosTokenId: 257, architecture: "gpt", gelu: "tanh" });
         expect(runtime).to.equal("native");
-        await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, temperature: 0, topK: 0, seed: -1 }], () => {}).result;
+        await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, sampling: { temperature: 0, topK: 0, seed: -1 } }], () => {}).result;
         await model.dispose();
       };
       // The thread count once it has held still for 200 ms: the OpenMP pool of a disposed
@@ -368,7 +366,7 @@ describe("native addon", function () {
     it("dispose lets submitted work finish, rejects later calls, and is idempotent", async () => {
       const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu" });
       await model.configure({ contextLength: 64, eosTokenId: -1 });
-      const row = { tokens: Int32Array.of(65), maxNewTokens: 300, temperature: 1, topK: 0, seed: 1 };
+      const row = { tokens: Int32Array.of(65), maxNewTokens: 300, sampling: { temperature: 1, topK: 0, seed: 1 } };
       let started = false;
       const running = model.generate([row], () => {
         started = true;

@@ -108,7 +108,7 @@ describe("playground in a headless browser", function () {
   async function fillParameters(page: Page, values: { prompt?: string; maxNewTokens?: string; temperature?: string; topK?: string; seed?: string }) {
     if (values.prompt !== undefined) await page.getByLabel("Prompt", { exact: true }).fill(values.prompt);
     if (values.maxNewTokens !== undefined) await page.getByLabel("Max new tokens").fill(values.maxNewTokens);
-    if (values.temperature !== undefined) await page.getByLabel("Temperature").fill(values.temperature);
+    if (values.temperature !== undefined) await page.getByLabel("Temperature", { exact: true }).fill(values.temperature);
     if (values.topK !== undefined) await page.getByLabel("Top k").fill(values.topK);
     if (values.seed !== undefined) await page.getByLabel("Seed").fill(values.seed);
   }
@@ -325,6 +325,44 @@ describe("playground in a headless browser", function () {
       await page.getByRole("button", { name: "Generate" }).click();
       await waitForState(page, "done");
       expect(await page.locator("#continuation").textContent()).to.equal(first);
+    });
+
+    it("the Chat tab holds a conversation through /v1/chat/completions, streamed, and replies as the API does", async () => {
+      const base = await started(createApp(engine, { modelName: "tiny" }));
+      const page = await open(base);
+      await page.getByRole("tab", { name: "Chat" }).click();
+      expect(await page.locator("#panel-generate").isHidden()).to.equal(true);
+      await page.getByLabel("Message").fill("Hello there");
+      await page.getByLabel("Chat temperature").fill("0");
+      await page.getByLabel("Chat max tokens").fill("12");
+      await page.getByLabel("Stop sequence").fill("");
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator('#chat-status[data-state="done"]').waitFor();
+      const messages = page.locator("#chat-log .message");
+      expect(await messages.count()).to.equal(2);
+      expect(await page.locator("#chat-log .message.user .content").innerText()).to.equal("Hello there");
+      const reply = await page.locator("#chat-log .message.assistant .content").textContent();
+      // The same request through the API, not streamed: the same greedy reply.
+      const direct = (await (
+        await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hello there" }], temperature: 0, max_tokens: 12 }),
+        })
+      ).json()) as { choices: { message: { content: string } }[] };
+      expect(reply).to.equal(direct.choices[0]!.message.content);
+
+      // A second turn carries the history; New chat clears it.
+      await page.getByLabel("Message").fill("And then?");
+      await page.evaluate(() => {
+        (globalThis as unknown as Dom).document.querySelector("#chat-status")!.dataset["state"] = "stale";
+      });
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator('#chat-status[data-state="done"]').waitFor();
+      expect(await messages.count()).to.equal(4);
+      await screenshot(page, "text-chat-real-engine");
+      await page.getByRole("button", { name: "New chat" }).click();
+      expect(await messages.count()).to.equal(0);
     });
 
     it("Stop ends a long generation: the request is aborted and the text stops growing", async () => {

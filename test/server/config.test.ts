@@ -1,7 +1,8 @@
 /** The server's environment: defaults, and an error naming each bad variable. */
 import { expect } from "chai";
 
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { readEngineEnv, readRecommenderEnv, readServerConfig } from "../../src/server/config.js";
@@ -71,6 +72,23 @@ describe("readServerConfig", () => {
       kvBudgetMb: server.serviceKvBudgetMb, stepTokens: server.serviceStepTokens,
     });
     expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });
+  });
+
+  it("API keys from API_KEYS and API_KEYS_FILE together; an unreadable or empty file is a startup error naming it", () => {
+    expect(readServerConfig({}).apiKeys).to.deep.equal([]);
+    expect(readServerConfig({ API_KEYS: " a, b,,a " }).apiKeys).to.deep.equal(["a", "b"]);
+    const dir = mkdtempSync(join(tmpdir(), "tsn-keys-"));
+    try {
+      const file = join(dir, "keys");
+      writeFileSync(file, "# team keys\nc\n\n  d  \n");
+      expect(readServerConfig({ API_KEYS: "a", API_KEYS_FILE: file }).apiKeys).to.deep.equal(["a", "c", "d"]);
+      writeFileSync(file, "# none yet\n");
+      expect(() => readServerConfig({ API_KEYS_FILE: file })).to.throw(/API_KEYS_FILE/).with.property("code", "ERR_CONFIG");
+      expect(() => readServerConfig({ API_KEYS_FILE: join(dir, "missing") })).to.throw(/API_KEYS_FILE/).with.property("code", "ERR_CONFIG");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect(readServerConfig({ SERVICE_MODEL_NAME: "my-model" }).modelName).to.equal("my-model");
   });
 
   it("every variable the reader reads is in the README's configuration table", () => {

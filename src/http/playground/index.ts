@@ -22,6 +22,7 @@ const PAGES: Record<PlaygroundPage, readonly Asset[]> = {
   text: [
     { path: "/", file: "text.html" },
     { path: "/playground/text.js", file: "text.js" },
+    { path: "/playground/chat.js", file: "chat.js" },
     { path: "/playground/shared.js", file: "shared.js" },
     { path: "/playground/style.css", file: "style.css" },
   ],
@@ -95,9 +96,9 @@ function serveAsset(asset: Loaded, isPage: boolean): RequestHandler {
   };
 }
 
-/** Registers `GET /` and the page's assets on the shell (rate limited like any route). */
+/** Registers `GET /` and the page's assets on the shell (guarded like any route, not documented). */
 export function mountPlayground(shell: AppShell, page: PlaygroundPage): void {
-  for (const { path, file } of PAGES[page]) {
-    shell.route("get", path, serveAsset(load(file), path === "/"));
-  }
+  shell.register(
+    PAGES[page].map(({ path, file }) => ({ method: "get" as const, path, handlers: [serveAsset(load(file), path === "/")] })),
+  );
 }

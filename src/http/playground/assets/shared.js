@@ -1,6 +1,9 @@
-// What both playground pages share: showing an error answer, and formatting durations.
+// What the playground pages share: showing an error answer, formatting durations, reading
+// server-sent events.
 
 const TITLES = {
+  400: "Invalid request",
+  401: "API key required",
   404: "Not found",
   413: "Request too large",
   422: "Invalid request",
@@ -26,8 +29,10 @@ export async function errorFromResponse(response) {
   const retryAfter = response.headers.get("retry-after");
   let title = `${response.status} ${TITLES[response.status] ?? (response.statusText || "Error")}`;
   if (retryAfter) title += `: retry after ${retryAfter} s`;
-  const detail = body && typeof body === "object" && "detail" in body ? body.detail : text;
-  const code = body && typeof body === "object" && typeof body.code === "string" ? body.code : undefined;
+  // The project's {detail, code}, or OpenAI's {error: {message, code}} from the /v1 routes.
+  const openAi = body && typeof body === "object" && body.error && typeof body.error === "object" ? body.error : null;
+  const detail = openAi ? openAi.message : body && typeof body === "object" && "detail" in body ? body.detail : text;
+  const code = openAi ? (openAi.code ?? undefined) : body && typeof body === "object" && typeof body.code === "string" ? body.code : undefined;
   return errorInfo(title, detail, code, body ? JSON.stringify(body, null, 2) : text);
 }
 
@@ -80,4 +85,41 @@ export function formatMs(ms) {
 export function setStatus(node, state, text) {
   node.dataset.state = state;
   node.textContent = text;
+}
+
+/** Server-sent events from a response body: `{ event, data }` per blank-line-separated block. */
+export async function* serverSentEvents(body, signal) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      buffer += decoder.decode(value, { stream: !done });
+      const blocks = buffer.split(/\r?\n\r?\n/);
+      buffer = done ? "" : blocks.pop();
+      for (const block of blocks) {
+        const event = parseEvent(block);
+        if (event) yield event;
+      }
+      if (done || signal.aborted) return;
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+function parseEvent(block) {
+  let event = "message";
+  const data = [];
+  for (const line of block.split(/\r?\n/)) {
+    if (line === "" || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "event") event = value;
+    else if (field === "data") data.push(value);
+  }
+  return data.length > 0 ? { event, data: data.join("\n") } : null;
 }

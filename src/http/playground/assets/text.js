@@ -1,6 +1,6 @@
 // The text-generation playground: POST /generate/stream, read as server-sent events with
 // fetch + ReadableStream (EventSource cannot POST), the pieces appended as they arrive.
-import { clearError, errorFromResponse, errorInfo, formatMs, setStatus, showError } from "./shared.js";
+import { clearError, errorFromResponse, errorInfo, formatMs, serverSentEvents, setStatus, showError } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
 const form = $("generate-form");
@@ -40,43 +40,6 @@ function requestFromForm() {
   body.top_k = numberField(fields.topK, null);
   if (seed !== undefined) body.seed = seed;
   return body;
-}
-
-/** Server-sent events from a response body: `{ event, data }` per blank-line-separated block. */
-async function* serverSentEvents(body, signal) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      buffer += decoder.decode(value, { stream: !done });
-      const blocks = buffer.split(/\r?\n\r?\n/);
-      buffer = done ? "" : blocks.pop();
-      for (const block of blocks) {
-        const event = parseEvent(block);
-        if (event) yield event;
-      }
-      if (done || signal.aborted) return;
-    }
-  } finally {
-    reader.releaseLock();
-  }
-}
-
-function parseEvent(block) {
-  let event = "message";
-  const data = [];
-  for (const line of block.split(/\r?\n/)) {
-    if (line === "" || line.startsWith(":")) continue;
-    const colon = line.indexOf(":");
-    const field = colon === -1 ? line : line.slice(0, colon);
-    let value = colon === -1 ? "" : line.slice(colon + 1);
-    if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "event") event = value;
-    else if (field === "data") data.push(value);
-  }
-  return data.length > 0 ? { event, data: data.join("\n") } : null;
 }
 
 function resetOutput(body) {

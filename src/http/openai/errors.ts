@@ -1,0 +1,51 @@
+/**
+ * Errors of the /v1 routes in OpenAI's shape, `{"error": {"message", "type", "param",
+ * "code"}}`, so the official clients raise their own error classes (BadRequestError,
+ * AuthenticationError, NotFoundError, RateLimitError, ...). A validation error, malformed
+ * JSON included, is a 400 there (the spec's routes keep their 422).
+ */
+import type { ServingError } from "../../errors.js";
+import type { ValidationIssue } from "../validation.js";
+
+export interface OpenAiErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+/** Paths whose errors take OpenAI's shape. */
+export function isOpenAiPath(path: string): boolean {
+  return path === "/v1" || path.startsWith("/v1/");
+}
+
+/** Status and body of `err` on a /v1 route. */
+export function openAiError(err: ServingError): { status: number; body: OpenAiErrorBody } {
+  const body = (type: string, message: string, code: string | null, param: string | null = null): OpenAiErrorBody => ({
+    error: { message, type, param, code },
+  });
+  switch (err.code) {
+    case "ERR_VALIDATION": {
+      const issues = (err.detail ?? []) as ValidationIssue[];
+      const first = issues[0];
+      // "body.messages.0.content" -> "messages.0.content"; OpenAI names the offending field.
+      const param = first ? first.loc.slice(1).join(".") || null : null;
+      return { status: 400, body: body("invalid_request_error", err.message, first?.type ?? null, param) };
+    }
+    case "ERR_UNAUTHORIZED":
+      return { status: 401, body: body("invalid_request_error", err.message, "invalid_api_key") };
+    case "ERR_MODEL_NOT_FOUND":
+      return { status: 404, body: body("invalid_request_error", err.message, "model_not_found", "model") };
+    case "ERR_RATE_LIMITED":
+      return { status: 429, body: body("rate_limit_error", err.message, "rate_limit_exceeded") };
+    case "ERR_QUEUE_FULL":
+    case "ERR_NOT_SERVING":
+    case "ERR_DISPOSED":
+      return { status: 503, body: body("server_error", err.message, "overloaded") };
+    default: {
+      const exposed = err.status < 500;
+      const type = err.status < 500 ? "invalid_request_error" : "server_error";
+      return {
+        status: err.status,
+        body: body(type, exposed ? err.message : "Internal Server Error", err.code.toLowerCase().replace(/^err_/, "")),
+      };
+    }
+  }
+}

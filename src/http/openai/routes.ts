@@ -1,0 +1,306 @@
+/**
+ * GET /v1/models, POST /v1/completions and POST /v1/chat/completions. Whole responses go
+ * through the app's dynamic batcher for /v1 (one engine call per batch; n choices are n rows
+ * sharing one prefill); streams take the stream path (not batched), as /generate/stream.
+ */
+import { performance } from "node:perf_hooks";
+import type { RequestHandler, Response } from "express";
+import type { Batcher } from "../../batching/Batcher.js";
+import { ServingError, asServingError } from "../../errors.js";
+import type { ChatTemplate, Completion, CompletionChunk, CompletionRequest } from "../../types.js";
+import { disconnectSignal } from "../disconnect.js";
+import type { InFlight } from "../inFlight.js";
+import type { LoggerLike } from "../logger.js";
+import type { GenerateMetrics } from "../metrics.js";
+import { arrivalOf } from "../requestContext.js";
+import { DONE_EVENT, dataEvent, openEventStream, writeEvent } from "../sse.js";
+import { ABORTED, closeIterator, nextStep } from "../streamRoute.js";
+import type { Completer } from "./completer.js";
+import { openAiError as openAiErrorBody } from "./errors.js";
+import { jsonBody } from "../jsonBody.js";
+import { RETRY_AFTER, json, ref, type RouteDescriptor } from "../routes.js";
+import { MAX_BODY_BYTES, type JsonSchema } from "../schemas.js";
+import { chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
+import { parseChat, parseCompletion } from "./requests.js";
+import {
+  chatChoice,
+  chatChunkChoice,
+  completionChoice,
+  completionChunkChoice,
+  newId,
+  now,
+  totalUsage,
+  usageOf,
+} from "./responses.js";
+
+export interface OpenAiDeps {
+  readonly completer: Completer;
+  readonly batcher: Batcher<CompletionRequest, Completion>;
+  readonly modelName: string;
+  readonly chatTemplate: ChatTemplate | undefined;
+  readonly metrics: GenerateMetrics;
+  readonly streams: InFlight;
+  readonly logger: LoggerLike;
+  /** When the app was created: the model's `created`. */
+  readonly createdAt: number;
+  isServing(): boolean;
+}
+
+/** Component schemas of the /v1 routes' documentation. */
+export const OPENAI_SCHEMAS: Record<string, JsonSchema> = {
+  CompletionRequest: completionRequestSchema,
+  ChatCompletionRequest: chatCompletionRequestSchema,
+  OpenAiError: {
+    title: "OpenAiError",
+    description: "Errors of the /v1 routes, in OpenAI's shape (what the OpenAI clients raise as their error classes).",
+    type: "object",
+    required: ["error"],
+    properties: {
+      error: {
+        type: "object",
+        required: ["message", "type", "param", "code"],
+        properties: {
+          message: { type: "string" },
+          type: { type: "string", description: "invalid_request_error, rate_limit_error or server_error." },
+          param: { type: ["string", "null"], description: "The offending field, when one is." },
+          code: { type: ["string", "null"], description: "e.g. invalid_api_key, model_not_found, rate_limit_exceeded, overloaded." },
+        },
+      },
+    },
+  },
+};
+
+const openAiError = (description: string) => ({ description, content: json(ref("OpenAiError")) });
+const V1_ERRORS = {
+  "400": openAiError("Invalid request (a schema violation or malformed JSON); `param` names the field."),
+  "404": openAiError("The model named is not served here (code model_not_found)."),
+  "413": openAiError(`Body larger than ${MAX_BODY_BYTES} bytes.`),
+  "500": openAiError("Internal failure."),
+  "503": { ...openAiError("Not serving, or the queue is full (code overloaded)."), headers: RETRY_AFTER },
+};
+const STREAMED =
+  "With `stream: true`: server-sent events `data: {chunk}` and a final `data: [DONE]`; with " +
+  "`stream_options.include_usage`, a last chunk with `usage` and no choices.";
+
+/** GET /v1/models, POST /v1/completions, POST /v1/chat/completions. */
+export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
+  return [
+    {
+      method: "get",
+      path: "/v1/models",
+      doc: {
+        summary: "The served model (OpenAI's list shape).",
+        operationId: "listModels",
+        responses: { "200": { description: "`{object: \"list\", data: [{id, object: \"model\", created, owned_by}]}`.", content: json({ type: "object" }) } },
+      },
+      handlers: [modelsHandler(deps)],
+    },
+    {
+      method: "post",
+      path: "/v1/completions",
+      doc: {
+        summary: "OpenAI completions: n choices per prompt sharing one prefill, batched; or streamed.",
+        operationId: "createCompletion",
+        requestBody: { required: true, content: json(ref("CompletionRequest")) },
+        responses: {
+          "200": { description: `A text_completion with choices and usage. ${STREAMED}`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
+          ...V1_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), completionsHandler(deps)],
+    },
+    {
+      method: "post",
+      path: "/v1/chat/completions",
+      doc: {
+        summary: "OpenAI chat completions: messages rendered with the checkpoint's chat template (or the default one).",
+        operationId: "createChatCompletion",
+        requestBody: { required: true, content: json(ref("ChatCompletionRequest")) },
+        responses: {
+          "200": { description: `A chat.completion with choices and usage. ${STREAMED} Chunks are chat.completion.chunk deltas, the role first.`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
+          ...V1_ERRORS,
+        },
+      },
+      handlers: [jsonBody(), chatCompletionsHandler(deps)],
+    },
+  ];
+}
+
+function modelsHandler(deps: OpenAiDeps): RequestHandler {
+  return (_req, res) => {
+    res.json({
+      object: "list",
+      data: [{ id: deps.modelName, object: "model", created: deps.createdAt, owned_by: "torchserve-node" }],
+    });
+  };
+}
+
+function completionsHandler(deps: OpenAiDeps): RequestHandler {
+  return async (req, res) => {
+    const parsed = parseCompletion(req.body);
+    checkModel(deps, parsed.model);
+    checkTokenIds(deps, parsed.requests);
+    const id = newId("cmpl");
+    const created = now();
+    const head = { id, object: "text_completion", created, model: deps.modelName };
+    if (parsed.stream) {
+      const request = parsed.requests[0]!;
+      const echo = parsed.echo ? request.prompt : "";
+      await streamChunks(deps, res, request, parsed.includeUsage, {
+        opening: () => (echo ? [{ ...head, choices: openingEcho(request.n ?? 1, echo) }] : []),
+        chunk: (chunk) => ({ ...head, choices: [completionChunkChoice(chunk)] }),
+        usage: (usage) => ({ ...head, choices: [], usage }),
+      });
+      return;
+    }
+    const completions = await submitAll(deps, res, parsed.requests);
+    if (!completions) return;
+    let index = 0;
+    const choices = completions.flatMap((completion, p) =>
+      completion.choices.map((choice) => completionChoice(choice, index++, parsed.echo ? parsed.requests[p]!.prompt : "")),
+    );
+    res.json({ ...head, choices, ...(deps.completer.countsTokens ? { usage: totalUsage(completions) } : {}) });
+  };
+}
+
+function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
+  return async (req, res) => {
+    const parsed = parseChat(req.body, deps.chatTemplate);
+    checkModel(deps, parsed.model);
+    const id = newId("chatcmpl");
+    const created = now();
+    if (parsed.stream) {
+      const head = { id, object: "chat.completion.chunk", created, model: deps.modelName, system_fingerprint: null };
+      const n = parsed.request.n ?? 1;
+      await streamChunks(deps, res, parsed.request, parsed.includeUsage, {
+        // The role comes first, then content deltas (OpenAI's order).
+        opening: () =>
+          Array.from({ length: n }, (_unused, index) => ({
+            ...head,
+            choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }],
+          })),
+        chunk: (chunk) => ({ ...head, choices: [chatChunkChoice(chunk)] }),
+        usage: (usage) => ({ ...head, choices: [], usage }),
+      });
+      return;
+    }
+    const completions = await submitAll(deps, res, [parsed.request]);
+    if (!completions) return;
+    const completion = completions[0]!;
+    res.json({
+      id,
+      object: "chat.completion",
+      created,
+      model: deps.modelName,
+      system_fingerprint: null,
+      choices: completion.choices.map((choice, index) => chatChoice(choice, index)),
+      ...(deps.completer.countsTokens ? { usage: totalUsage(completions) } : {}),
+    });
+  };
+}
+
+function checkModel(deps: OpenAiDeps, model: string): void {
+  if (model !== deps.modelName) {
+    throw new ServingError("ERR_MODEL_NOT_FOUND", `The model \`${model}\` does not exist; this server serves \`${deps.modelName}\``);
+  }
+}
+
+/** A token id outside the vocabulary is this request's 400, never a failed batch for its neighbours. */
+function checkTokenIds(deps: OpenAiDeps, requests: readonly CompletionRequest[]): void {
+  if (!requests.some((request) => request.promptTokens)) return;
+  const size = deps.completer.vocabularySize;
+  const problem =
+    size === undefined
+      ? "this engine takes text prompts only"
+      : requests.some((request) => request.promptTokens?.some((id) => id >= size))
+        ? `token ids must be below the vocabulary size (${size})`
+        : undefined;
+  if (problem !== undefined) {
+    throw new ServingError("ERR_VALIDATION", `prompt: ${problem}`, {
+      detail: [{ loc: ["body", "prompt"], msg: problem, type: "value_error" }],
+    });
+  }
+}
+
+function openingEcho(n: number, prompt: string) {
+  return Array.from({ length: n }, (_unused, index) => ({ index, text: prompt, logprobs: null, finish_reason: null }));
+}
+
+/** Every prompt through the batcher (they usually share one batch); undefined when the client left. */
+async function submitAll(deps: OpenAiDeps, res: Response, requests: CompletionRequest[]): Promise<Completion[] | undefined> {
+  const signal = disconnectSignal(res);
+  try {
+    const completions = await Promise.all(requests.map((request) => deps.batcher.submit({ ...request, signal }, signal)));
+    return signal.aborted ? undefined : completions;
+  } catch (err) {
+    if (signal.aborted) return undefined;
+    throw err;
+  }
+}
+
+interface ChunkFormat {
+  /** Events sent when the stream opens (chat: each choice's role). */
+  opening(): object[];
+  chunk(chunk: CompletionChunk): object;
+  usage(usage: ReturnType<typeof usageOf>): object;
+}
+
+
+/**
+ * The SSE loop of the /v1 streams: the 200 is committed at the first chunk (an engine that
+ * fails at once answers a proper error); a failure after that is a `data: {"error": ...}`
+ * event (what the OpenAI clients raise as an APIError), then the stream ends.
+ */
+async function streamChunks(
+  deps: OpenAiDeps,
+  res: Response,
+  request: CompletionRequest,
+  includeUsage: boolean,
+  format: ChunkFormat,
+): Promise<void> {
+  if (!deps.isServing()) throw new ServingError("ERR_NOT_SERVING", "not serving: the app is not started or is stopping");
+  const leave = deps.streams.enter();
+  const signal = disconnectSignal(res);
+  const iterator = deps.completer.completeStream({ ...request, signal }, signal)[Symbol.asyncIterator]();
+  const { metrics } = deps;
+  let ended = false;
+  const next = () => nextStep(iterator, signal);
+  try {
+    let step = await next();
+    if (step === ABORTED) return void metrics.streamCancelled.inc();
+    openEventStream(res);
+    let last = performance.now();
+    metrics.timeToFirstToken.observe((last - arrivalOf(res)) / 1000);
+    let promptTokens = 0;
+    let completionTokens = 0;
+    try {
+      for (const event of format.opening()) await writeEvent(res, dataEvent(event), signal);
+      while (!step.done) {
+        const chunk = step.value;
+        if (chunk.promptTokens !== undefined) promptTokens = chunk.promptTokens;
+        completionTokens += chunk.completionTokens ?? 0;
+        if (chunk.text || chunk.finishReason || chunk.logprobs?.length) {
+          await writeEvent(res, dataEvent(format.chunk(chunk)), signal);
+        }
+        if (signal.aborted) return void metrics.streamCancelled.inc();
+        step = await next();
+        if (step === ABORTED) return void metrics.streamCancelled.inc();
+        const at = performance.now();
+        metrics.interToken.observe((at - last) / 1000);
+        last = at;
+      }
+      if (includeUsage && deps.completer.countsTokens) {
+        await writeEvent(res, dataEvent(format.usage(usageOf(promptTokens, completionTokens))), signal);
+      }
+      ended = true;
+      res.end(DONE_EVENT);
+    } catch (err) {
+      const serving = asServingError(err);
+      deps.logger.error({ err, code: serving.code }, "stream failed after its first piece");
+      res.end(dataEvent(openAiErrorBody(serving).body));
+    }
+  } finally {
+    leave();
+    if (!ended) closeIterator(iterator, deps.logger);
+  }
+}
