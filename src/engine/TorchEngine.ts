@@ -29,7 +29,20 @@ export interface TorchEngineOptions {
    * matches the checkpoint's TorchScript (checked at load), else the TorchScript forward.
    */
   runtime?: "auto" | "native" | "torchscript";
+  /**
+   * Memory for the key/value caches of rows decoding at once, MiB (SERVICE_KV_BUDGET_MB).
+   * Sets capacity(): the default limit of concurrent streams. Default 256, the budget the
+   * native runtime sizes its decode slots by.
+   */
+  kvBudgetMb?: number;
 }
+
+/** The native runtime's KV budget for its decode slots (GptStepper::SlotBudget). */
+export const DEFAULT_KV_BUDGET_MB = 256;
+/** Below it a small budget would refuse streams the scheduler runs easily; above it the
+ * decode step's per-row cost, not memory, is what bounds a useful batch. */
+const MIN_ACTIVE_ROWS = 8;
+const MAX_ACTIVE_ROWS = 256;
 
 export class TorchEngine implements TextGenerationEngine {
   private readonly counts: EngineUsage = { promptTokens: 0, generatedTokens: 0 };
@@ -43,6 +56,7 @@ export class TorchEngine implements TextGenerationEngine {
     readonly runtime: "native" | "torchscript",
     /** Why "auto" chose "torchscript", when it did. */
     readonly runtimeNote: string | undefined,
+    private readonly kvBudgetMb: number,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -64,7 +78,7 @@ export class TorchEngine implements TextGenerationEngine {
         architecture: config.architecture,
         gelu: typeof config.raw.gelu === "string" ? config.raw.gelu : "tanh",
       });
-      return new TorchEngine(model, config, tokenizer, runtime, note);
+      return new TorchEngine(model, config, tokenizer, runtime, note, options.kvBudgetMb ?? DEFAULT_KV_BUDGET_MB);
     } catch (err) {
       await model.dispose();
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -88,6 +102,22 @@ export class TorchEngine implements TextGenerationEngine {
 
   get device(): string {
     return this.model.device;
+  }
+
+  /**
+   * Rows whose KV caches fit the budget: a row holds keys and values (2) for every layer, of
+   * n_embd floats (4 bytes; the runtime computes in float32) per position of the context.
+   * A checkpoint whose config.json lacks n_layer/n_embd gets the lower bound.
+   */
+  capacity(): { maxActiveRows: number } {
+    const layers = this.config.raw.n_layer;
+    const width = this.config.raw.n_embd;
+    if (typeof layers !== "number" || typeof width !== "number" || layers < 1 || width < 1) {
+      return { maxActiveRows: MIN_ACTIVE_ROWS };
+    }
+    const bytesPerRow = 2 * layers * width * this.config.contextLength * Float32Array.BYTES_PER_ELEMENT;
+    const rows = Math.floor((this.kvBudgetMb * 2 ** 20) / bytesPerRow);
+    return { maxActiveRows: Math.min(MAX_ACTIVE_ROWS, Math.max(MIN_ACTIVE_ROWS, rows)) };
   }
 
   usage(): EngineUsage {

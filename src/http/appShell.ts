@@ -1,5 +1,5 @@
 /**
- * What both apps share: request metrics, /health, /metrics, /openapi.json, the rate-limit
+ * What both apps share: request metrics and ids, /health, /ready, /metrics, /openapi.json, the rate-limit
  * middleware in front of every other route, a JSON 404 and a JSON error handler, and the
  * start()/stop() lifespan hooks.
  */
@@ -11,11 +11,14 @@ import { errorHandler, sendError } from "./errorResponse.js";
 import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
 import { rateLimit } from "./rateLimit.js";
+import { Readiness } from "./readiness.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
 
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
   logger?: LoggerLike;
+  /** Ready before start() (an app whose model is loaded before it is created). Default false. */
+  readyFromCreation?: boolean;
 }
 
 export interface Lifespan {
@@ -28,6 +31,7 @@ export interface AppShell {
   readonly registry: Registry;
   readonly metrics: HttpMetrics;
   readonly logger: LoggerLike;
+  readonly readiness: Readiness;
   /** Registers a rate-limited route, labelled in metrics by its template. */
   route(method: "get" | "post", path: string, ...handlers: RequestHandler[]): void;
   /** Adds /openapi.json, the 404 and the error handler, and the lifespan: the app is done. */
@@ -52,15 +56,30 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   app.disable("x-powered-by");
   app.set("etag", false);
 
-  app.use(observeRequests(metrics));
+  const readiness = new Readiness();
+  if (options.readyFromCreation) readiness.markStarted();
+
+  app.use(observeRequests(metrics, logger));
 
   // Registered before the limiter: probes and scrapes are never rate limited (spec §4).
   remember("get", "/health");
+  remember("get", "/ready");
   remember("get", "/metrics");
   app.get(
     "/health",
     labelRoute("/health", (_req, res) => {
       res.json({ status: "ok" });
+    }),
+  );
+  // Readiness, for load balancers: 503 while loading and from the moment a drain starts.
+  app.get(
+    "/ready",
+    labelRoute("/ready", (_req, res) => {
+      if (readiness.ready) {
+        res.json({ status: "ready" });
+        return;
+      }
+      sendError(res, new ServingError("ERR_NOT_READY", "not ready: the app is loading or draining"));
     }),
   );
   app.get(
@@ -85,6 +104,7 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
     registry,
     metrics,
     logger,
+    readiness,
     route(method, path, ...handlers) {
       remember(method, path);
       app[method](path, ...guarded(path, handlers));
@@ -110,7 +130,18 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
       };
       app.use(...guarded(UNMATCHED_ROUTE, [unmatched]));
       app.use(errorHandler(logger));
-      return Object.assign(app, lifespan) as ServingApp;
+      // Readiness follows the lifespan: ready once started, not ready as soon as stop() begins.
+      return Object.assign(app, {
+        async start() {
+          await lifespan.start();
+          readiness.markStarted();
+        },
+        async stop() {
+          readiness.markDraining();
+          await lifespan.stop();
+        },
+        readiness,
+      }) as ServingApp;
     },
   };
 }

@@ -1,6 +1,7 @@
 /** The text-generation app: POST /generate (batched), POST /generate/stream, the playground at GET /, and the shell. */
 import { Batcher } from "../batching/Batcher.js";
 import type { CreateAppOptions, GenerateRequest, ServingApp, TextGenerationEngine } from "../types.js";
+import { DEFAULT_MAX_ACTIVE_STREAMS, StreamAdmission } from "./admission.js";
 import { createAppShell } from "./appShell.js";
 import { jsonBody } from "./jsonBody.js";
 import { InFlight } from "./inFlight.js";
@@ -31,6 +32,10 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     },
   );
   const streams = new InFlight();
+  const admission = new StreamAdmission(
+    options.maxActiveStreams ?? engine.capacity?.().maxActiveRows ?? DEFAULT_MAX_ACTIVE_STREAMS,
+    { refused: metrics.streamsRefused, active: metrics.activeStreams },
+  );
   let serving = false;
 
   shell.route("post", "/generate", jsonBody(), generateHandler(batcher));
@@ -38,7 +43,7 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     "post",
     "/generate/stream",
     jsonBody(),
-    streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving }),
+    streamHandler({ engine, metrics, streams, admission, logger: shell.logger, isServing: () => serving }),
   );
   mountPlayground(shell, "text");
 

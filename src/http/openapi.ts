@@ -8,6 +8,7 @@ import {
   generateRequestSchema,
   generateResponseSchema,
   healthResponseSchema,
+  readyResponseSchema,
   recommendPathSchema,
   recommendQuerySchema,
   recommendResponseSchema,
@@ -37,6 +38,14 @@ const COMMON_ERRORS: Responses = {
   "503": { ...errorResponse("Not serving (before start, after stop) or the queue is full."), headers: RETRY_AFTER },
 };
 
+const STREAM_ERRORS: Responses = {
+  ...COMMON_ERRORS,
+  "503": {
+    ...errorResponse("Not serving (before start, after stop), or MAX_ACTIVE_STREAMS streams are already running (code ERR_TOO_MANY_STREAMS)."),
+    headers: RETRY_AFTER,
+  },
+};
+
 const RATE_LIMITED: Responses = {
   "429": { ...errorResponse("The rate limiter denied the request."), headers: RETRY_AFTER },
 };
@@ -47,6 +56,16 @@ const SHARED_PATHS = {
       summary: "Liveness; answers whatever the lifespan state. Never rate limited.",
       operationId: "health",
       responses: { "200": { description: "Alive.", content: json(ref("HealthResponse")) } },
+    },
+  },
+  "/ready": {
+    get: {
+      summary: "Readiness, for load balancers: 200 once the model is loaded and warmed up, 503 before and from the moment a drain starts. Never rate limited.",
+      operationId: "ready",
+      responses: {
+        "200": { description: "Ready for traffic.", content: json(ref("ReadyResponse")) },
+        "503": { ...errorResponse("Loading or draining (code ERR_NOT_READY): send traffic elsewhere."), headers: RETRY_AFTER },
+      },
     },
   },
   "/metrics": {
@@ -76,7 +95,7 @@ function document(title: string, paths: object, schemas: Record<string, JsonSche
       },
     },
     components: {
-      schemas: { ...schemas, HealthResponse: healthResponseSchema, ValidationError: validationErrorSchema, Error: errorSchema },
+      schemas: { ...schemas, HealthResponse: healthResponseSchema, ReadyResponse: readyResponseSchema, ValidationError: validationErrorSchema, Error: errorSchema },
     },
   };
 }
@@ -113,7 +132,7 @@ export function generateOpenApi(options: OpenApiOptions = {}): object {
             },
             ...tooLarge,
             ...limited,
-            ...COMMON_ERRORS,
+            ...STREAM_ERRORS,
           },
         },
       },

@@ -26,6 +26,14 @@ export interface ServerConfig {
   shutdownTimeoutMs: number;
   /** Express "trust proxy": whom to believe in X-Forwarded-For for the client address. */
   trustProxy: boolean | number | string;
+  /** Most concurrent streams; undefined: derived from the engine's KV budget. */
+  maxActiveStreams: number | undefined;
+  /** KV cache budget of concurrent rows, MiB: the default of maxActiveStreams. */
+  serviceKvBudgetMb: number;
+  /** Node server timeouts, ms: all request headers, the whole request (body included), idle keep-alive. */
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
 }
 
 /** "true"/"false", a hop count, or addresses/subnets as Express takes them. */
@@ -79,9 +87,17 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     logLevel: text(env, "LOG_LEVEL") ?? "info",
     shutdownTimeoutMs: number(env, "SHUTDOWN_TIMEOUT_MS", 30000, nonNegative, "a number of milliseconds >= 0"),
     trustProxy: trustProxy(env),
+    maxActiveStreams: number(env, "MAX_ACTIVE_STREAMS", undefined, positiveInt, "a positive integer"),
+    serviceKvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", 256, positive, "a positive number of MiB"),
+    headersTimeoutMs: number(env, "HEADERS_TIMEOUT_MS", 10000, positiveInt, "a positive integer number of milliseconds"),
+    requestTimeoutMs: number(env, "REQUEST_TIMEOUT_MS", 30000, positiveInt, "a positive integer number of milliseconds"),
+    keepAliveTimeoutMs: number(env, "KEEP_ALIVE_TIMEOUT_MS", 65000, positiveInt, "a positive integer number of milliseconds"),
   };
   if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
     throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");
+  }
+  if (config.headersTimeoutMs > config.requestTimeoutMs) {
+    throw new ServingError("ERR_CONFIG", "HEADERS_TIMEOUT_MS must not exceed REQUEST_TIMEOUT_MS (the headers are part of the request)");
   }
   return config;
 }

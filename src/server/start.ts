@@ -47,8 +47,14 @@ function limiterFrom(config: ServerConfig): (RateLimiter & { close?(): Promise<v
     : new TokenBucketRateLimiter({ capacity, refillPerSecond });
 }
 
-async function listen(app: ServingApp, host: string, port: number): Promise<RunningApp> {
+async function listen(app: ServingApp, config: ServerConfig, port: number): Promise<RunningApp> {
+  const host = config.host;
   const server = app.listen(port, host);
+  // Slow clients: a connection may not take longer than these to send its headers or its
+  // whole request (a stream's response may last longer), nor stay idle between requests.
+  server.headersTimeout = config.headersTimeoutMs;
+  server.requestTimeout = config.requestTimeoutMs;
+  server.keepAliveTimeout = config.keepAliveTimeoutMs;
   await new Promise<void>((resolveListen, reject) => {
     server.once("listening", resolveListen);
     server.once("error", reject);
@@ -72,7 +78,11 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   if (!config.recsysCkpt) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
 
   const loads = await Promise.allSettled([
-    TorchEngine.load(textCkpt, { device: config.serviceDevice, threads: config.serviceThreads }),
+    TorchEngine.load(textCkpt, {
+      device: config.serviceDevice,
+      threads: config.serviceThreads,
+      kvBudgetMb: config.serviceKvBudgetMb,
+    }),
     TorchRecommender.load(recsysCkpt, {
       device: config.recsysDevice,
       latencyBudgetMs: config.recsysLatencyBudgetMs,
@@ -95,6 +105,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     maxBatchSize: config.maxBatchSize,
     maxWaitMs: config.maxWaitMs,
     maxQueueSize: config.maxQueueSize,
+    maxActiveStreams: config.maxActiveStreams,
     rateLimiter: limiter,
     logger,
   });
@@ -103,13 +114,21 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   // when told to, so rate-limit keys are the real clients.
   textApp.set("trust proxy", config.trustProxy);
   recsysApp.set("trust proxy", config.trustProxy);
+  // Ready only once both apps listen: a probe that reaches one app early must not send
+  // traffic to a server whose other half is not up yet.
+  let listening = false;
+  textApp.readiness.setGate(() => listening);
+  recsysApp.readiness.setGate(() => listening);
   await Promise.all([textApp.start(), recsysApp.start()]);
-  const text = await listen(textApp, config.host, config.port);
-  const recsys = await listen(recsysApp, config.host, config.recsysPort);
+  const text = await listen(textApp, config, config.port);
+  const recsys = await listen(recsysApp, config, config.recsysPort);
+  listening = true;
 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      textApp.readiness.markDraining();
+      recsysApp.readiness.markDraining();
       // Refuse new connections, let the apps finish what they admitted, then free the models.
       const servers = Promise.all([closeServer(text.server), closeServer(recsys.server)]);
       await Promise.all([textApp.stop(), recsysApp.stop()]);

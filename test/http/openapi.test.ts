@@ -37,7 +37,7 @@ describe("GET /openapi.json", function () {
     expect(response.status).to.equal(200);
     const doc = (await response.json()) as Document;
     expect(doc.openapi).to.equal("3.1.0");
-    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/generate", "/generate/stream", "/health", "/metrics", "/openapi.json"]);
+    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/ready"]);
     for (const path of ["/generate", "/generate/stream"]) {
       const post = doc.paths[path]!["post"]!;
       expect(post.requestBody!.content["application/json"]!.schema).to.deep.equal({ $ref: "#/components/schemas/GenerateRequest" });
@@ -71,7 +71,7 @@ describe("GET /openapi.json", function () {
     const running = await listen(createRecsysApp({ recommend: () => ({ items: [1, 2], fallback: false }) }, { rateLimiter: new RecordingLimiter() }));
     toClose.push(running);
     const doc = (await (await fetch(`${running.base}/openapi.json`)).json()) as Document;
-    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/health", "/metrics", "/openapi.json", "/recommend/{user_id}"]);
+    expect(Object.keys(doc.paths).sort()).to.deep.equal(["/health", "/metrics", "/openapi.json", "/ready", "/recommend/{user_id}"]);
     const get = doc.paths["/recommend/{user_id}"]!["get"]!;
     const byName = Object.fromEntries(get.parameters!.map((p) => [p.name, p]));
     expect(byName["user_id"]).to.deep.include({ in: "path", required: true });
