@@ -23,10 +23,10 @@ say() { printf 'setup: %s\n' "$*"; }
 # ---- system packages ------------------------------------------------------------------
 # Runtime: libtorch and a fast BLAS (libtorch on the reference BLAS is ~50x slower), and the
 # toolchain that builds the addon. Tests also run the Python model tooling, a real Redis,
-# promtool and a headless browser.
+# promtool, a headless browser and nginx (the deploy/ test runs the shipped proxy config).
 packages=(libtorch-dev libopenblas0-pthread cmake g++ make)
 if [ "$want_test" = 1 ]; then
-  packages+=(python3-torch python3-numpy redis-server prometheus chromium)
+  packages+=(python3-torch python3-numpy redis-server prometheus chromium nginx)
 fi
 if [ "$want_bench" = 1 ]; then
   # wrk drives /recommend; the FastAPI baseline runs on Debian's Python stack (uvloop and
