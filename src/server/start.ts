@@ -4,7 +4,7 @@
  * (`npm start`) and by the end-to-end tests.
  */
 import type { AddressInfo } from "node:net";
-import type { Server } from "node:http";
+import { createServer, type Server } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -49,12 +49,20 @@ function limiterFrom(config: ServerConfig): (RateLimiter & { close?(): Promise<v
 
 async function listen(app: ServingApp, config: ServerConfig, port: number): Promise<RunningApp> {
   const host = config.host;
-  const server = app.listen(port, host);
   // Slow clients: a connection may not take longer than these to send its headers or its
   // whole request (a stream's response may last longer), nor stay idle between requests.
-  server.headersTimeout = config.headersTimeoutMs;
-  server.requestTimeout = config.requestTimeoutMs;
-  server.keepAliveTimeout = config.keepAliveTimeoutMs;
+  // Node checks the first two every connectionsCheckingInterval (default 30 s, which would
+  // let a trickling body live up to twice its timeout): check every second.
+  const server = createServer(
+    {
+      headersTimeout: config.headersTimeoutMs,
+      requestTimeout: config.requestTimeoutMs,
+      keepAliveTimeout: config.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+    },
+    app,
+  );
+  server.listen(port, host);
   await new Promise<void>((resolveListen, reject) => {
     server.once("listening", resolveListen);
     server.once("error", reject);
