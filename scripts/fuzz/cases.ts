@@ -211,3 +211,36 @@ export function leaks(body: string, root: string): string | null {
   if (/node_modules|\/src\/[\w/]+\.(ts|js)|\.ts:\d+/.test(body)) return "a source path";
   return null;
 }
+
+export interface FuzzRun {
+  /** Responses by app and status ("hung", "closed" when none came). */
+  statuses: Record<App, Record<string, number>>;
+  /** Every 5xx, hang or leak, described. */
+  failures: string[];
+}
+
+/** `iterations` seeded cases against both apps, `concurrency` at a time. */
+export async function runFuzz(
+  ports: Record<App, number>,
+  options: { iterations: number; seed: number; concurrency: number; timeoutMs: number; root: string },
+): Promise<FuzzRun> {
+  const rand = prng(options.seed);
+  const run: FuzzRun = { statuses: { text: {}, recsys: {} }, failures: [] };
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < options.iterations) {
+      next += 1;
+      const app: App = rand() < 0.6 ? "text" : "recsys";
+      const fuzz = fuzzCase(app, rand);
+      const outcome = await sendCase(ports[app], fuzz, options.timeoutMs);
+      const key = outcome.hung ? "hung" : String(outcome.status ?? "closed");
+      run.statuses[app][key] = (run.statuses[app][key] ?? 0) + 1;
+      const leak = leaks(outcome.body, options.root);
+      if (outcome.hung || (outcome.status !== null && outcome.status >= 500) || leak) {
+        run.failures.push(`${app} ${fuzz.label}: ${key}${leak ? ` (shows ${leak})` : ""} ${outcome.body.slice(0, 200)}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: options.concurrency }, () => worker()));
+  return run;
+}

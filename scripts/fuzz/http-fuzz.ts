@@ -5,7 +5,7 @@
  * Prints requests sent and statuses per app; exits 1 on any 5xx, hang or leaked internals.
  */
 import { parseArgs } from "node:util";
-import { fuzzCase, leaks, prng, sendCase, type App } from "./cases.js";
+import { runFuzz } from "./cases.js";
 import { repoRoot, startTargets } from "./targets.js";
 
 const { values } = parseArgs({
@@ -20,26 +20,11 @@ const seed = Number(values.seed);
 const concurrency = Number(values.concurrency);
 
 const targets = await startTargets();
-const rand = prng(seed);
-const statuses: Record<App, Record<string, number>> = { text: {}, recsys: {} };
-const failures: string[] = [];
-let next = 0;
 const started = Date.now();
-async function worker(): Promise<void> {
-  while (next < iterations) {
-    next += 1;
-    const app: App = rand() < 0.6 ? "text" : "recsys";
-    const fuzz = fuzzCase(app, rand);
-    const outcome = await sendCase(targets[app].port, fuzz, 15_000);
-    const key = outcome.hung ? "hung" : String(outcome.status ?? "closed");
-    statuses[app][key] = (statuses[app][key] ?? 0) + 1;
-    const leak = leaks(outcome.body, repoRoot);
-    if (outcome.hung || (outcome.status !== null && outcome.status >= 500) || leak) {
-      failures.push(`${app} ${fuzz.label}: ${key}${leak ? ` (shows ${leak})` : ""} ${outcome.body.slice(0, 200)}`);
-    }
-  }
-}
-await Promise.all(Array.from({ length: concurrency }, () => worker()));
+const { statuses, failures } = await runFuzz(
+  { text: targets.text.port, recsys: targets.recsys.port },
+  { iterations, seed, concurrency, timeoutMs: 15_000, root: repoRoot },
+);
 const health = await fetch(`http://127.0.0.1:${targets.text.port}/health`);
 const works = await fetch(`http://127.0.0.1:${targets.text.port}/generate`, {
   method: "POST",

@@ -6,7 +6,7 @@
  */
 import { expect } from "chai";
 
-import { fuzzCase, leaks, prng, sendCase, type App } from "../../scripts/fuzz/cases.js";
+import { leaks, runFuzz } from "../../scripts/fuzz/cases.js";
 import { repoRoot, startTargets, type Targets } from "../../scripts/fuzz/targets.js";
 import { postJson } from "../helpers/http.js";
 
@@ -25,25 +25,15 @@ describe("HTTP fuzz (seeded, both apps, real engines)", function () {
   });
 
   it(`${CASES} hostile requests: no 5xx, no hang, no stack trace or path in a body; served normally afterwards`, async () => {
-    const rand = prng(SEED);
-    const failures: string[] = [];
+    const run = await runFuzz(
+      { text: targets.text.port, recsys: targets.recsys.port },
+      { iterations: CASES, seed: SEED, concurrency: 6, timeoutMs: 10_000, root: repoRoot },
+    );
     const statuses: Record<string, number> = {};
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (next < CASES) {
-        next += 1;
-        const app: App = rand() < 0.6 ? "text" : "recsys";
-        const fuzz = fuzzCase(app, rand);
-        const outcome = await sendCase(targets[app].port, fuzz, 10_000);
-        const key = outcome.hung ? "hung" : String(outcome.status ?? "closed");
-        statuses[key] = (statuses[key] ?? 0) + 1;
-        const leak = leaks(outcome.body, repoRoot);
-        if (outcome.hung || (outcome.status !== null && outcome.status >= 500) || leak) {
-          failures.push(`${app} ${fuzz.label}: ${key}${leak ? ` shows ${leak}` : ""}`);
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: 6 }, () => worker()));
+    for (const counts of Object.values(run.statuses)) {
+      for (const [status, count] of Object.entries(counts)) statuses[status] = (statuses[status] ?? 0) + count;
+    }
+    const failures = run.failures;
     expect(failures, JSON.stringify(statuses)).to.deep.equal([]);
     // The mix reached the handlers, not only the parser's refusals.
     expect(statuses["200"]).to.be.greaterThan(CASES / 5);
