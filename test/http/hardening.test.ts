@@ -153,3 +153,24 @@ describe("X-Request-Id", () => {
     }
   });
 });
+
+describe("TorchEngine.capacity(): the default stream limit from the KV budget", () => {
+  it("rows of 2 x n_layer x n_embd x block_size floats that fit SERVICE_KV_BUDGET_MB, clamped to 8..256", async () => {
+    const { TorchEngine } = await import("../../src/engine/TorchEngine.js");
+    const { fixture } = await import("../helpers/fixtures.js");
+    const probe = await TorchEngine.load(fixture("tiny-gpt.pt"), { threads: 1 });
+    const { n_layer: layers, n_embd: width } = probe.config.raw as { n_layer: number; n_embd: number };
+    const rowBytes = 2 * layers * width * probe.config.contextLength * 4;
+    await probe.dispose();
+    const mib = (rows: number): number => (rows * rowBytes) / 2 ** 20;
+    // Exactly 10 rows; less than one row (the floor of 8); the default 256 MiB (capped at 256).
+    for (const [kvBudgetMb, rows] of [[mib(10.5), 10], [mib(0.5), 8], [undefined, Math.min(256, Math.floor(2 ** 28 / rowBytes))]] as const) {
+      const engine = await TorchEngine.load(fixture("tiny-gpt.pt"), { threads: 1, kvBudgetMb });
+      try {
+        expect(engine.capacity(), `kvBudgetMb ${kvBudgetMb}`).to.deep.equal({ maxActiveRows: rows });
+      } finally {
+        await engine.dispose();
+      }
+    }
+  });
+});
