@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Builds the libtorch addon: cmake-js (CMakeLists.txt) by default, node-gyp (binding.gyp)
 // with --gyp. Skips the build when the sources have not changed since the last one.
-//   node scripts/build-native.mjs [--force] [--gyp] [--debug]
+//   node scripts/build-native.mjs [--force] [--gyp] [--debug] [--sanitize]
+// --sanitize: ASan + UBSan, into build-asan/ (npm run test:sanitize loads it via TORCHSERVE_ADDON).
 // The `install` script of package.json runs this, so `npm install` builds the addon.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -21,10 +22,11 @@ const args = new Set(process.argv.slice(2));
 const useGyp = args.has("--gyp");
 const force = args.has("--force");
 const debug = args.has("--debug");
+const sanitize = args.has("--sanitize");
 
 // Where each build system leaves the addon; src/native/binding.ts looks in the same places.
 export const OUTPUTS = {
-  cmake: join(root, "build", debug ? "Debug" : "Release", "torchserve.node"),
+  cmake: join(root, sanitize ? "build-asan" : "build", debug ? "Debug" : "Release", "torchserve.node"),
   gyp: join(root, "build-gyp", "build", debug ? "Debug" : "Release", "torchserve.node"),
 };
 
@@ -36,7 +38,7 @@ function sourceHash() {
     hash.update(file);
     hash.update(readFileSync(join(root, file)));
   }
-  hash.update(JSON.stringify({ useGyp, debug, libtorch: process.env.LIBTORCH ?? "", torchDir: process.env.Torch_DIR ?? "" }));
+  hash.update(JSON.stringify({ useGyp, debug, sanitize, libtorch: process.env.LIBTORCH ?? "", torchDir: process.env.Torch_DIR ?? "" }));
   return hash.digest("hex");
 }
 
@@ -110,6 +112,7 @@ if (useGyp) {
   const cmakeJs = resolveTool("cmake-js/bin/cmake-js", undefined, "cmake-js (a dependency of torchserve-node: reinstall it)");
   const cmakeArgs = [cmakeJs, "build", "--parallel", jobs, "--log-level", "warn"];
   if (debug) cmakeArgs.push("--debug");
+  if (sanitize) cmakeArgs.push("--out", "build-asan", "--CDTORCHSERVE_SANITIZE=ON");
   result = spawnSync(process.execPath, cmakeArgs, { cwd: root, stdio: "inherit" });
 }
 

@@ -3,6 +3,7 @@
 #   bash scripts/setup.sh          what `npm start` needs (run by `prestart`)
 #   bash scripts/setup.sh --test   also what the test suite needs (run by `pretest`)
 #   bash scripts/setup.sh --bench  also what the HTTP benchmarks need (docs/benchmarks.md)
+#   bash scripts/setup.sh --sanitize  also the ASan/UBSan runtimes (npm run test:sanitize)
 # System packages come from Debian/Ubuntu apt, as root (or through passwordless sudo);
 # elsewhere it says what to install and stops.
 set -euo pipefail
@@ -10,11 +11,13 @@ cd "$(dirname "$0")/.."
 
 want_test=0
 want_bench=0
+want_sanitize=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
     --bench) want_bench=1 ;;
-    *) echo "usage: bash scripts/setup.sh [--test] [--bench]" >&2; exit 2 ;;
+    --sanitize) want_sanitize=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--test] [--bench] [--sanitize]" >&2; exit 2 ;;
   esac
 done
 
@@ -23,10 +26,14 @@ say() { printf 'setup: %s\n' "$*"; }
 # ---- system packages ------------------------------------------------------------------
 # Runtime: libtorch and a fast BLAS (libtorch on the reference BLAS is ~50x slower), and the
 # toolchain that builds the addon. Tests also run the Python model tooling, a real Redis,
-# promtool and a headless browser.
+# promtool, a headless browser and nginx (the deploy/ test runs the shipped proxy config).
 packages=(libtorch-dev libopenblas0-pthread cmake g++ make)
 if [ "$want_test" = 1 ]; then
-  packages+=(python3-torch python3-numpy redis-server prometheus chromium)
+  packages+=(python3-torch python3-numpy redis-server prometheus chromium nginx)
+fi
+if [ "$want_sanitize" = 1 ]; then
+  # npm run test:sanitize: the ASan and UBSan runtimes that g++ links and node preloads.
+  packages+=(libasan8 libubsan1)
 fi
 if [ "$want_bench" = 1 ]; then
   # wrk drives /recommend; the FastAPI baseline runs on Debian's Python stack (uvloop and

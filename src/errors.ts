@@ -35,6 +35,10 @@ export const ErrorCodes = {
   /** The path exists, with other methods (see the Allow header). */
   ERR_METHOD_NOT_ALLOWED: 405,
   ERR_INTERNAL: 500,
+  /** The limit of concurrent streams (MAX_ACTIVE_STREAMS) is reached; retry after Retry-After. */
+  ERR_TOO_MANY_STREAMS: 503,
+  /** The app is loading or draining: GET /ready. */
+  ERR_NOT_READY: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ErrorCodes;

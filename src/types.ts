@@ -124,6 +124,16 @@ export interface TextGenerationEngine {
   usage?(): EngineUsage;
   /** Releases native resources; idempotent. Optional for hand-written engines. */
   dispose?(): Promise<void>;
+  /**
+   * What the engine can hold at once: the default limit of concurrent streams. Optional;
+   * without it the app uses a fixed default (64).
+   */
+  capacity?(): EngineCapacity;
+}
+
+export interface EngineCapacity {
+  /** Rows (requests) decoding at once that fit the engine's memory budget. */
+  maxActiveRows: number;
 }
 
 export interface Recommendation {
@@ -147,6 +157,16 @@ export interface ServingApp extends Express {
   start(): Promise<void>;
   /** Lifespan ends: stop admitting, drain queued work, stop. */
   stop(): Promise<void>;
+  /** What GET /ready answers. */
+  readonly readiness: ReadinessControl;
+}
+
+export interface ReadinessControl {
+  readonly ready: boolean;
+  /** Not ready from now on (a drain is starting); stop() does it too. */
+  markDraining(): void;
+  /** An extra condition for readiness (the server entry: every app is listening). */
+  setGate(gate: () => boolean): void;
 }
 
 export interface CreateAppOptions {
@@ -161,6 +181,11 @@ export interface CreateAppOptions {
   modelName?: string;
   /** When non-empty, every route but /health, /metrics and /ready needs one of these keys. */
   apiKeys?: readonly string[] | null;
+  /**
+   * Most streams at once; beyond it a new stream answers 503 with Retry-After. Default: the
+   * engine's `capacity().maxActiveRows`, else 64.
+   */
+  maxActiveStreams?: number;
 }
 
 export interface CreateRecsysAppOptions {

@@ -49,8 +49,10 @@ export interface TorchEngineOptions {
    */
   kernels?: KernelFamilyCap;
   /**
-   * Memory for the TorchScript runtime's KV cache, in MiB: its rows are the streams that can
-   * decode together. Default: 256 on the CPU, half the free device memory on CUDA.
+   * Memory for the KV cache, in MiB (SERVICE_KV_BUDGET_MB): it sizes the TorchScript runtime's
+   * cache rows and capacity(), the default limit of concurrent streams. Default: 256 on the
+   * CPU (the budget the native runtime sizes its slots by), half the free device memory of the
+   * TorchScript cache on CUDA.
    */
   kvBudgetMb?: number;
   /**
@@ -61,6 +63,13 @@ export interface TorchEngineOptions {
   /** While streams decode, prompt tokens a step may feed per decoding stream (at least 8); default 2; 0: no such limit. */
   prefillPerDecode?: number;
 }
+
+/** The native runtime's KV budget for its decode slots (GptStepper::SlotBudget). */
+export const DEFAULT_KV_BUDGET_MB = 256;
+/** Below it a small budget would refuse streams the scheduler runs easily; above it the
+ * decode step's per-row cost, not memory, is what bounds a useful batch. */
+const MIN_ACTIVE_ROWS = 8;
+const MAX_ACTIVE_ROWS = 256;
 
 export class TorchEngine implements TextGenerationEngine {
   private readonly counts: EngineUsage = { promptTokens: 0, generatedTokens: 0 };
@@ -77,6 +86,7 @@ export class TorchEngine implements TextGenerationEngine {
     /** The kernel family of the native runtime; undefined on TorchScript. */
     readonly kernels: KernelFamily | undefined,
     private readonly template: ChatTemplate | undefined,
+    private readonly kvBudgetMb: number,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -103,7 +113,16 @@ export class TorchEngine implements TextGenerationEngine {
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
         ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
       });
-      return new TorchEngine(model, config, tokenizer, runtime, note, kernels, findChatTemplate(model.extraFiles, config));
+      return new TorchEngine(
+        model,
+        config,
+        tokenizer,
+        runtime,
+        note,
+        kernels,
+        findChatTemplate(model.extraFiles, config),
+        options.kvBudgetMb ?? DEFAULT_KV_BUDGET_MB,
+      );
     } catch (err) {
       await model.dispose();
       throw asServingError(err, "ERR_CHECKPOINT_INTERFACE");
@@ -131,6 +150,22 @@ export class TorchEngine implements TextGenerationEngine {
 
   get vocabularySize(): number {
     return this.config.vocabSize;
+  }
+
+  /**
+   * Rows whose KV caches fit the budget: a row holds keys and values (2) for every layer, of
+   * n_embd floats (4 bytes; the runtime computes in float32) per position of the context.
+   * A checkpoint whose config.json lacks n_layer/n_embd gets the lower bound.
+   */
+  capacity(): { maxActiveRows: number } {
+    const layers = this.config.raw.n_layer;
+    const width = this.config.raw.n_embd;
+    if (typeof layers !== "number" || typeof width !== "number" || layers < 1 || width < 1) {
+      return { maxActiveRows: MIN_ACTIVE_ROWS };
+    }
+    const bytesPerRow = 2 * layers * width * this.config.contextLength * Float32Array.BYTES_PER_ELEMENT;
+    const rows = Math.floor((this.kvBudgetMb * 2 ** 20) / bytesPerRow);
+    return { maxActiveRows: Math.min(MAX_ACTIVE_ROWS, Math.max(MIN_ACTIVE_ROWS, rows)) };
   }
 
   usage(): EngineUsage {

@@ -1,8 +1,8 @@
 /**
- * What both apps share: request metrics, /health, /metrics, /openapi.json, API keys and the
- * rate-limit middleware in front of every other route, a JSON 404, 405 with Allow, a JSON
- * error handler, and the start()/stop() lifespan hooks. Routes are registered as
- * descriptors (routes.ts); the OpenAPI document and the 405 answers come from that list.
+ * What both apps share: request metrics and ids, /health, /ready, /metrics, /openapi.json, API
+ * keys and the rate-limit middleware in front of every other route, a JSON 404, 405 with
+ * Allow, a JSON error handler, and the start()/stop() lifespan hooks. Routes are registered
+ * as descriptors (routes.ts); the OpenAPI document and the 405 answers come from that list.
  */
 import express, { type RequestHandler } from "express";
 import type { Registry } from "prom-client";
@@ -13,6 +13,7 @@ import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
 import { apiKeyAuth } from "./apiKeys.js";
 import { rateLimit } from "./rateLimit.js";
+import { Readiness } from "./readiness.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
 import { SHARED_SCHEMAS, json, openApiDocument, ref, type RouteDescriptor } from "./routes.js";
 import type { JsonSchema } from "./schemas.js";
@@ -20,8 +21,10 @@ import type { JsonSchema } from "./schemas.js";
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
   logger?: LoggerLike;
-  /** When non-empty, every route registered through route() (all but /health, /metrics) needs one. */
+  /** When non-empty, every route but /health, /ready and /metrics needs one. */
   apiKeys?: readonly string[] | null;
+  /** Ready before start() (an app whose model is loaded before it is created). Default false. */
+  readyFromCreation?: boolean;
 }
 
 export interface Lifespan {
@@ -34,6 +37,7 @@ export interface AppShell {
   readonly registry: Registry;
   readonly metrics: HttpMetrics;
   readonly logger: LoggerLike;
+  readonly readiness: Readiness;
   /** Registers routes (guarded unless `open`), each labelled in metrics by its template. */
   register(routes: readonly RouteDescriptor[]): void;
   /** Adds /openapi.json (of every route registered), the 404 and the error handler, and the lifespan: the app is done. */
@@ -59,7 +63,10 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   app.disable("x-powered-by");
   app.set("etag", false);
 
-  app.use(observeRequests(metrics));
+  const readiness = new Readiness();
+  if (options.readyFromCreation) readiness.markStarted();
+
+  app.use(observeRequests(metrics, logger));
 
   const limiter = options.rateLimiter ? rateLimit(options.rateLimiter, metrics, logger) : null;
   // API keys first: the limiter is keyed by the authenticated key.
@@ -102,6 +109,29 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
     },
     {
       method: "get",
+      path: "/ready",
+      open: true,
+      doc: {
+        summary:
+          "Readiness, for load balancers: 200 once the model is loaded and warmed up, 503 before and from the moment a drain starts. Never rate limited.",
+        operationId: "ready",
+        responses: {
+          "200": { description: "Ready for traffic.", content: json(ref("ReadyResponse")) },
+          "503": { description: "Loading or draining (code ERR_NOT_READY): send traffic elsewhere.", content: json(ref("Error")) },
+        },
+      },
+      handlers: [
+        (_req, res) => {
+          if (readiness.ready) {
+            res.json({ status: "ready" });
+            return;
+          }
+          sendError(res, new ServingError("ERR_NOT_READY", "not ready: the app is loading or draining"));
+        },
+      ],
+    },
+    {
+      method: "get",
       path: "/metrics",
       open: true,
       doc: {
@@ -126,6 +156,7 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
     registry,
     metrics,
     logger,
+    readiness,
     register,
     finish(document, lifespan) {
       let openapi: object | undefined;
@@ -163,7 +194,18 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
       };
       app.use(...guarded(UNMATCHED_ROUTE, [unmatched]));
       app.use(errorHandler(logger));
-      return Object.assign(app, lifespan) as ServingApp;
+      // Readiness follows the lifespan: ready once started, not ready as soon as stop() begins.
+      return Object.assign(app, {
+        async start() {
+          await lifespan.start();
+          readiness.markStarted();
+        },
+        async stop() {
+          readiness.markDraining();
+          await lifespan.stop();
+        },
+        readiness,
+      }) as ServingApp;
     },
   };
 }

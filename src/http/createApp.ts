@@ -8,6 +8,7 @@ import type {
   ServingApp,
   TextGenerationEngine,
 } from "../types.js";
+import { DEFAULT_MAX_ACTIVE_STREAMS, StreamAdmission } from "./admission.js";
 import { createAppShell } from "./appShell.js";
 import { jsonBody } from "./jsonBody.js";
 import { InFlight } from "./inFlight.js";
@@ -51,6 +52,10 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     hooks(() => batcher),
   );
   const streams = new InFlight();
+  const admission = new StreamAdmission(
+    options.maxActiveStreams ?? engine.capacity?.().maxActiveRows ?? DEFAULT_MAX_ACTIVE_STREAMS,
+    { refused: metrics.streamsRefused, active: metrics.activeStreams },
+  );
   let serving = false;
 
   const body = { required: true, content: json(ref("GenerateRequest")) };
@@ -83,7 +88,7 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
           ...COMMON_ERRORS,
         },
       },
-      handlers: [jsonBody(), streamHandler({ engine, metrics, streams, logger: shell.logger, isServing: () => serving })],
+      handlers: [jsonBody(), streamHandler({ engine, metrics, streams, admission, logger: shell.logger, isServing: () => serving })],
     },
   ]);
   const openAi: OpenAiDeps = {
@@ -93,6 +98,7 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     chatTemplate: engine.chatTemplate?.(),
     metrics,
     streams,
+    admission,
     logger: shell.logger,
     createdAt: Math.floor(Date.now() / 1000),
     isServing: () => serving,

@@ -51,7 +51,8 @@ export interface RecsysAppOptions extends CreateRecsysAppOptions {
 
 export function createRecsysApp(recommender: Recommender, options: RecsysAppOptions = {}): ServingApp {
   const rateLimiter = options.rateLimiter ?? null;
-  const shell = createAppShell({ rateLimiter, logger: options.logger, apiKeys: options.apiKeys ?? null });
+  // The recommender is loaded (and warmed) before the app is made: ready from creation.
+  const shell = createAppShell({ rateLimiter, logger: options.logger, apiKeys: options.apiKeys ?? null, readyFromCreation: true });
   const metrics = createRecsysMetrics(shell.registry);
   const calls = new InFlight();
   let serving = true;

@@ -7,6 +7,7 @@ import type { ErrorRequestHandler, Response } from "express";
 import { ServingError, asServingError } from "../errors.js";
 import type { LoggerLike } from "./logger.js";
 import { isOpenAiPath, openAiError } from "./openai/errors.js";
+import { requestIdOf } from "./requestContext.js";
 import { invalid } from "./validation.js";
 
 export interface ErrorBody {
@@ -55,7 +56,7 @@ export function errorHandler(logger: LoggerLike): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
     const serving = toServingError(err);
     if (serving.status >= 500 && serving.status !== 503) {
-      logger.error({ err, code: serving.code, method: req.method, url: req.originalUrl }, "request failed");
+      logger.error({ err, code: serving.code, requestId: requestIdOf(res), method: req.method, url: req.originalUrl }, "request failed");
     }
     if (res.headersSent) {
       // Too late for a status: end what was started rather than leave it hanging.

@@ -25,6 +25,8 @@ export interface GenerateMetrics {
   readonly timeToFirstToken: Histogram;
   readonly interToken: Histogram;
   readonly streamCancelled: Counter;
+  readonly streamsRefused: Counter<"route">;
+  readonly activeStreams: Gauge;
 }
 
 export interface RecsysMetrics {
@@ -112,6 +114,17 @@ export function createGenerateMetrics(registry: Registry, engine: TextGeneration
     streamCancelled: new Counter({
       name: "stream_cancelled_total",
       help: "Streams whose client disconnected before the end; their generation was aborted.",
+      registers,
+    }),
+    streamsRefused: new Counter({
+      name: "streams_refused_total",
+      help: "Streams refused with 503 because MAX_ACTIVE_STREAMS were already running, by route template.",
+      labelNames: ["route"] as const,
+      registers,
+    }),
+    activeStreams: new Gauge({
+      name: "active_streams",
+      help: "Streams admitted and not yet ended.",
       registers,
     }),
   };

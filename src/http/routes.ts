@@ -9,6 +9,7 @@ import {
   MAX_BODY_BYTES,
   errorSchema,
   healthResponseSchema,
+  readyResponseSchema,
   validationErrorSchema,
   type JsonSchema,
 } from "./schemas.js";
@@ -74,6 +75,7 @@ export function openApiDocument(routes: readonly RouteDescriptor[], options: Doc
 /** Schemas every document carries. */
 export const SHARED_SCHEMAS: Record<string, JsonSchema> = {
   HealthResponse: healthResponseSchema,
+  ReadyResponse: readyResponseSchema,
   ValidationError: validationErrorSchema,
   Error: errorSchema,
 };

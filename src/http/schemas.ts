@@ -135,6 +135,13 @@ export const healthResponseSchema = deepFreeze({
   properties: { status: { const: "ok" } },
 });
 
+export const readyResponseSchema = deepFreeze({
+  title: "ReadyResponse",
+  type: "object",
+  required: ["status"],
+  properties: { status: { const: "ready" } },
+});
+
 /** Path parameters of GET /recommend/{user_id}, after strict integer parsing of the strings. */
 export const recommendPathSchema = deepFreeze({
   title: "RecommendPath",

@@ -2,18 +2,20 @@
  * POST /generate/stream: not batched. The 200 is committed only once the first piece (or
  * the end) arrives, so an engine that fails at once answers a proper 500 JSON; an error
  * after that is sent as `event: error` and ends the stream without [DONE]. A client that
- * disconnects aborts the engine's signal and the iterator is closed.
+ * disconnects aborts the engine's signal and the iterator is closed. Beyond the admission
+ * limit a new stream is refused with 503 and Retry-After before any engine work.
  */
 import { performance } from "node:perf_hooks";
 import type { RequestHandler, Response } from "express";
 import { ServingError, asServingError } from "../errors.js";
 import type { GenerateRequest, TextGenerationEngine } from "../types.js";
+import type { StreamAdmission } from "./admission.js";
 import { disconnectSignal } from "./disconnect.js";
 import { errorBody } from "./errorResponse.js";
 import type { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import type { GenerateMetrics } from "./metrics.js";
-import { arrivalOf } from "./requestContext.js";
+import { arrivalOf, routeOf } from "./requestContext.js";
 import { DONE_EVENT, dataEvent, errorEvent, openEventStream, writeEvent } from "./sse.js";
 import { parseGenerateRequest } from "./validation.js";
 
@@ -21,6 +23,7 @@ export interface StreamDeps {
   readonly engine: TextGenerationEngine;
   readonly metrics: GenerateMetrics;
   readonly streams: InFlight;
+  readonly admission: StreamAdmission;
   readonly logger: LoggerLike;
   isServing(): boolean;
 }
@@ -32,11 +35,13 @@ export function streamHandler(deps: StreamDeps): RequestHandler {
   return async (req, res) => {
     const request = parseGenerateRequest(req.body);
     if (!deps.isServing()) throw new ServingError("ERR_NOT_SERVING", "not serving: the app is not started or is stopping");
+    const release = deps.admission.admit(routeOf(res));
     const leave = deps.streams.enter();
     try {
       await stream(deps, request, res);
     } finally {
       leave();
+      release();
     }
   };
 }

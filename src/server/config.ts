@@ -70,6 +70,12 @@ export interface ServerConfig {
   apiKeys: string[];
   /** SERVICE_MODEL_NAME: the model id of /v1; undefined: the checkpoint's file name without .pt. */
   modelName: string | undefined;
+  /** Most concurrent streams; undefined: derived from the engine's KV budget. */
+  maxActiveStreams: number | undefined;
+  /** Node server timeouts, ms: all request headers, the whole request (body included), idle keep-alive. */
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
 }
 
 /** "true"/"false", a hop count, or addresses/subnets as Express takes them. */
@@ -177,9 +183,16 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     trustProxy: trustProxy(env),
     apiKeys: apiKeys(env),
     modelName: text(env, "SERVICE_MODEL_NAME"),
+    maxActiveStreams: number(env, "MAX_ACTIVE_STREAMS", undefined, positiveInt, "a positive integer"),
+    headersTimeoutMs: number(env, "HEADERS_TIMEOUT_MS", 10000, positiveInt, "a positive integer number of milliseconds"),
+    requestTimeoutMs: number(env, "REQUEST_TIMEOUT_MS", 30000, positiveInt, "a positive integer number of milliseconds"),
+    keepAliveTimeoutMs: number(env, "KEEP_ALIVE_TIMEOUT_MS", 65000, positiveInt, "a positive integer number of milliseconds"),
   };
   if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
     throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");
+  }
+  if (config.headersTimeoutMs > config.requestTimeoutMs) {
+    throw new ServingError("ERR_CONFIG", "HEADERS_TIMEOUT_MS must not exceed REQUEST_TIMEOUT_MS (the headers are part of the request)");
   }
   return config;
 }

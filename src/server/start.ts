@@ -4,7 +4,7 @@
  * (`npm start`) and by the end-to-end tests.
  */
 import type { AddressInfo } from "node:net";
-import type { Server } from "node:http";
+import { createServer, type Server } from "node:http";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -47,8 +47,22 @@ function limiterFrom(config: ServerConfig): (RateLimiter & { close?(): Promise<v
     : new TokenBucketRateLimiter({ capacity, refillPerSecond });
 }
 
-async function listen(app: ServingApp, host: string, port: number): Promise<RunningApp> {
-  const server = app.listen(port, host);
+async function listen(app: ServingApp, config: ServerConfig, port: number): Promise<RunningApp> {
+  const host = config.host;
+  // Slow clients: a connection may not take longer than these to send its headers or its
+  // whole request (a stream's response may last longer), nor stay idle between requests.
+  // Node checks the first two every connectionsCheckingInterval (default 30 s, which would
+  // let a trickling body live up to twice its timeout): check every second.
+  const server = createServer(
+    {
+      headersTimeout: config.headersTimeoutMs,
+      requestTimeout: config.requestTimeoutMs,
+      keepAliveTimeout: config.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+    },
+    app,
+  );
+  server.listen(port, host);
   await new Promise<void>((resolveListen, reject) => {
     server.once("listening", resolveListen);
     server.once("error", reject);
@@ -111,6 +125,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     maxBatchSize: config.maxBatchSize,
     maxWaitMs: config.maxWaitMs,
     maxQueueSize: config.maxQueueSize,
+    maxActiveStreams: config.maxActiveStreams,
     rateLimiter: limiter,
     logger,
     apiKeys: config.apiKeys,
@@ -121,13 +136,21 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   // when told to, so rate-limit keys are the real clients.
   textApp.set("trust proxy", config.trustProxy);
   recsysApp.set("trust proxy", config.trustProxy);
+  // Ready only once both apps listen: a probe that reaches one app early must not send
+  // traffic to a server whose other half is not up yet.
+  let listening = false;
+  textApp.readiness.setGate(() => listening);
+  recsysApp.readiness.setGate(() => listening);
   await Promise.all([textApp.start(), recsysApp.start()]);
-  const text = await listen(textApp, config.host, config.port);
-  const recsys = await listen(recsysApp, config.host, config.recsysPort);
+  const text = await listen(textApp, config, config.port);
+  const recsys = await listen(recsysApp, config, config.recsysPort);
+  listening = true;
 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      textApp.readiness.markDraining();
+      recsysApp.readiness.markDraining();
       // Refuse new connections, let the apps finish what they admitted, then free the models.
       const servers = Promise.all([closeServer(text.server), closeServer(recsys.server)]);
       await Promise.all([textApp.stop(), recsysApp.stop()]);

@@ -38,7 +38,7 @@ describe("GET /openapi.json", function () {
     const doc = (await response.json()) as Document;
     expect(doc.openapi).to.equal("3.1.0");
     expect(Object.keys(doc.paths).sort()).to.deep.equal([
-      "/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/v1/chat/completions", "/v1/completions", "/v1/models",
+      "/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/ready", "/v1/chat/completions", "/v1/completions", "/v1/models",
     ]);
     for (const path of ["/generate", "/generate/stream"]) {
       const post = doc.paths[path]!["post"]!;
@@ -82,6 +82,7 @@ describe("GET /openapi.json", function () {
       "/metrics",
       "/movies",
       "/openapi.json",
+      "/ready",
       "/recommend/{user_id}",
       "/users/{user_id}/history",
     ]);

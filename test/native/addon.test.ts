@@ -9,6 +9,7 @@ import { loadAddon } from "../../src/native/binding.js";
 import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
 import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor, type GoldenCase } from "../helpers/fixtures.js";
+import { settledThreads } from "../helpers/threads.js";
 
 const greedy = (c: GoldenCase): RawGenerateRow => ({
   tokens: Int32Array.from(c.prompt_ids),
@@ -324,7 +325,6 @@ describe("native addon", function () {
 
   describe("lifecycle", () => {
     it("leaks no handles or threads over load / generate / dispose cycles", async () => {
-      const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1]);
       const cycle = async () => {
         const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 2 });
         // The native runtime, so its compute team (a worker thread at threads: 2) is covered too.
@@ -332,18 +332,6 @@ describe("native addon", function () {
         expect(runtime).to.equal("native");
         await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, sampling: { temperature: 0, topK: 0, seed: -1 } }], () => {}).result;
         await model.dispose();
-      };
-      // The thread count once it has held still for 200 ms: the OpenMP pool of a disposed
-      // model's inference thread winds down after that thread has been joined, so a count
-      // read at once can still include threads on their way out.
-      const settledThreads = async () => {
-        let value = threads();
-        for (let stableSince = Date.now(), end = Date.now() + 5000; Date.now() - stableSince < 200 && Date.now() < end; ) {
-          await new Promise((resolve) => setTimeout(resolve, 20));
-          const now = threads();
-          if (now !== value) [value, stableSince] = [now, Date.now()];
-        }
-        return value;
       };
       await cycle(); // libuv's pool and libtorch's own threads start on first use
       const resourcesBefore = process.getActiveResourcesInfo().length;

@@ -28,7 +28,24 @@ describe("readServerConfig", () => {
       logLevel: "info",
       shutdownTimeoutMs: 30000,
       trustProxy: false,
+      maxActiveStreams: undefined,
+      serviceKvBudgetMb: undefined,
+      headersTimeoutMs: 10000,
+      requestTimeoutMs: 30000,
+      keepAliveTimeoutMs: 65000,
     });
+  });
+
+  it("reads the stream limit, the KV budget and the server timeouts", () => {
+    const config = readServerConfig({
+      MAX_ACTIVE_STREAMS: "12", SERVICE_KV_BUDGET_MB: "64", HEADERS_TIMEOUT_MS: "2000",
+      REQUEST_TIMEOUT_MS: "5000", KEEP_ALIVE_TIMEOUT_MS: "7000",
+    });
+    expect(config).to.deep.include({
+      maxActiveStreams: 12, serviceKvBudgetMb: 64, headersTimeoutMs: 2000, requestTimeoutMs: 5000, keepAliveTimeoutMs: 7000,
+    });
+    expect(() => readServerConfig({ MAX_ACTIVE_STREAMS: "0" })).to.throw(/MAX_ACTIVE_STREAMS/);
+    expect(() => readServerConfig({ HEADERS_TIMEOUT_MS: "9000", REQUEST_TIMEOUT_MS: "5000" })).to.throw(/HEADERS_TIMEOUT_MS/);
   });
 
   it("reads every variable", () => {

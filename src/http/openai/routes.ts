@@ -9,10 +9,11 @@ import type { Batcher } from "../../batching/Batcher.js";
 import { ServingError, asServingError } from "../../errors.js";
 import type { ChatTemplate, Completion, CompletionChunk, CompletionRequest } from "../../types.js";
 import { disconnectSignal } from "../disconnect.js";
+import type { StreamAdmission } from "../admission.js";
 import type { InFlight } from "../inFlight.js";
 import type { LoggerLike } from "../logger.js";
 import type { GenerateMetrics } from "../metrics.js";
-import { arrivalOf } from "../requestContext.js";
+import { arrivalOf, routeOf } from "../requestContext.js";
 import { DONE_EVENT, dataEvent, openEventStream, writeEvent } from "../sse.js";
 import { ABORTED, closeIterator, nextStep } from "../streamRoute.js";
 import type { Completer } from "./completer.js";
@@ -40,6 +41,8 @@ export interface OpenAiDeps {
   readonly chatTemplate: ChatTemplate | undefined;
   readonly metrics: GenerateMetrics;
   readonly streams: InFlight;
+  /** Shared with /generate/stream: MAX_ACTIVE_STREAMS counts both. */
+  readonly admission: StreamAdmission;
   readonly logger: LoggerLike;
   /** When the app was created: the model's `created`. */
   readonly createdAt: number;
@@ -259,7 +262,12 @@ async function streamChunks(
   format: ChunkFormat,
 ): Promise<void> {
   if (!deps.isServing()) throw new ServingError("ERR_NOT_SERVING", "not serving: the app is not started or is stopping");
-  const leave = deps.streams.enter();
+  const release = deps.admission.admit(routeOf(res));
+  const streamLeave = deps.streams.enter();
+  const leave = () => {
+    streamLeave();
+    release();
+  };
   const signal = disconnectSignal(res);
   const iterator = deps.completer.completeStream({ ...request, signal }, signal)[Symbol.asyncIterator]();
   const { metrics } = deps;
