@@ -23,6 +23,7 @@ import { join } from "node:path";
 import { loadAddon } from "../../src/native/binding.js";
 import type { KernelFamily, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
+import { rejection } from "../helpers/rejection.js";
 
 interface ReferenceCase {
   prompt_ids: number[];
@@ -78,6 +79,26 @@ describe("llama checkpoints", function () {
     reference = JSON.parse(readFileSync(join(dir, "reference.json"), "utf8")) as typeof reference;
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("refuses the native runtime when config.json does not describe the weights' forward", async () => {
+    const checkpoint = reference["llama3-scaled"]!;
+    const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+    try {
+      const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+      const settings = { contextLength: 64, runtime: "native" as const, architecture: "llama", dtype: checkpoint.dtype };
+      // Without its rope scaling, the native forward is not the checkpoint's: the load-time check says so.
+      const unscaled = await rejection(model.configure({ ...settings, modelConfig: { ...config, rope_scaling: null } }));
+      expect(unscaled.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+      expect(unscaled.message).to.include("disagrees");
+      const yarn = await rejection(
+        model.configure({ ...settings, modelConfig: { ...config, rope_scaling: { rope_type: "yarn", factor: 4 } } }),
+      );
+      expect(yarn.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+      expect(yarn.message).to.include("rope_scaling type \"yarn\"");
+    } finally {
+      await model.dispose();
+    }
+  });
 
   for (const name of variants) {
     for (const { runtime, kernels } of arms) {
