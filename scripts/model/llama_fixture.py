@@ -10,7 +10,8 @@ mlp_norm,gate_proj,up_proj,down_proj}, norm, lm_head).
 
     /usr/bin/python3 scripts/model/llama_fixture.py OUT_DIR
 
-writes one checkpoint per variant (VARIANTS) and OUT_DIR/reference.json: for each, greedy
+writes one checkpoint per variant (VARIANTS, and the committed tiny GPT fixture converted to
+bf16 and fp16 for the "gpt" runtime's 16-bit path) and OUT_DIR/reference.json: for each, greedy
 continuations of a few prompts by the plain uncached forward in float32 (the reference),
 with the margin between the best and second-best logit at every step.
 """
@@ -214,7 +215,25 @@ def write(out_dir: str, name: str, overrides: dict, seed: int) -> dict:
         ids = list(prompt.encode("utf-8"))
         output, margins, scales = greedy(reference, ids, NEW_TOKENS)
         cases.append(dict(prompt=prompt, prompt_ids=ids, output_ids=output, margins=margins, scales=scales))
-    return dict(file=path, dtype=cfg["dtype"], cases=cases)
+    return dict(file=path, dtype=cfg["dtype"], architecture="llama", cases=cases)
+
+
+def write_gpt16(out_dir: str, name: str, dtype: str) -> dict:
+    """test/fixtures/tiny-gpt.pt with its weights rounded to a 16-bit dtype."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "test", "fixtures", "tiny-gpt.pt")
+    files = {"config.json": ""}
+    model = torch.jit.load(source, map_location="cpu", _extra_files=files)
+    config = dict(json.loads(files["config.json"]), dtype=dtype)
+    model = model.to({"bfloat16": torch.bfloat16, "float16": torch.float16}[dtype])
+    path = os.path.join(out_dir, name + ".pt")
+    torch.jit.save(model, path, _extra_files={"config.json": json.dumps(config, indent=2)})
+    reference = model.float()
+    cases = []
+    for prompt in PROMPTS:
+        ids = list(prompt.encode("utf-8"))
+        output, margins, scales = greedy(reference, ids, NEW_TOKENS)
+        cases.append(dict(prompt=prompt, prompt_ids=ids, output_ids=output, margins=margins, scales=scales))
+    return dict(file=path, dtype=dtype, architecture="gpt", cases=cases)
 
 
 def main() -> None:
@@ -222,6 +241,8 @@ def main() -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
     result = {name: write(out_dir, name, overrides, seed) for seed, (name, overrides) in enumerate(VARIANTS.items())}
+    result["gpt-bf16"] = write_gpt16(out_dir, "gpt-bf16", "bfloat16")
+    result["gpt-fp16"] = write_gpt16(out_dir, "gpt-fp16", "float16")
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(result, f, indent=1)
 

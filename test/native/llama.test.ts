@@ -1,7 +1,7 @@
 /**
  * The "llama" architecture on tiny random-weight checkpoints (scripts/model/llama_fixture.py:
  * grouped-query attention, q/k/v biases with a tied head, Llama 3.1 rope scaling, bf16 and fp16
- * weights), on the native runtime under every kernel family this CPU runs and on the TorchScript
+ * weights) and the "gpt" fixture rounded to bf16 and fp16, on the native runtime under every kernel family this CPU runs and on the TorchScript
  * runtime: greedy continuations agree with the Python reference (an uncached float32 forward),
  * a batch gives each row what it gets alone, and streamed tokens are the batch's.
  *
@@ -34,6 +34,7 @@ interface ReferenceCase {
 interface ReferenceCheckpoint {
   file: string;
   dtype: "float32" | "bfloat16" | "float16";
+  architecture: string;
   cases: ReferenceCase[];
 }
 
@@ -59,13 +60,13 @@ function agreedSteps(c: ReferenceCase, output: number[], tolerance: number, labe
 }
 
 const addon = loadAddon();
-const variants = ["llama-gqa", "qwen-bias-tied", "llama3-scaled", "llama-gqa-bf16", "llama-gqa-fp16"];
+const variants = ["llama-gqa", "qwen-bias-tied", "llama3-scaled", "llama-gqa-bf16", "llama-gqa-fp16", "gpt-bf16", "gpt-fp16"];
 const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [
   ...addon.kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })),
   { runtime: "torchscript" },
 ];
 
-describe("llama checkpoints", function () {
+describe("llama and 16-bit checkpoints", function () {
   let dir: string;
   let reference: Record<string, ReferenceCheckpoint>;
 
@@ -120,7 +121,7 @@ describe("llama checkpoints", function () {
             eosTokenIds: [],
             runtime,
             kernels: kernels ?? "auto",
-            architecture: "llama",
+            architecture: checkpoint.architecture,
             dtype: checkpoint.dtype,
             modelConfig: config,
           });
