@@ -41,10 +41,10 @@ std::vector<float> Copy(const at::Tensor& tensor) {
   return std::vector<float>(data, data + tensor.numel());
 }
 
-PackedLinear Pack(const Weights& weights, const std::string& prefix, int64_t n, int64_t k) {
+PackedLinear Pack(const Weights& weights, const std::string& prefix, int64_t n, int64_t k, WeightType type) {
   const at::Tensor& weight = Need(weights, prefix + ".weight", {n, k});
   return PackedLinear(weight.data_ptr<float>(), Optional(weights, prefix + ".bias", n), static_cast<int>(n),
-                      static_cast<int>(k));
+                      static_cast<int>(k), type);
 }
 
 }  // namespace
@@ -54,6 +54,7 @@ GptStepper::GptStepper(const NativeContext& context) : kernels_(context.kernels)
   const std::string gelu = context.fields.String("gelu", "tanh");
   if (gelu != "tanh" && gelu != "none") Mismatch("gelu must be \"tanh\" or \"none\"");
   gelu_ = gelu == "tanh" ? Epilogue::GeluTanh : Epilogue::GeluErf;
+  const WeightType type = WeightTypeOf(context.fields.String("dtype", "float32"));
   Weights weights;
   for (const auto& p : module.named_parameters(true)) {
     weights[p.name] = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
@@ -85,16 +86,16 @@ GptStepper::GptStepper(const NativeContext& context) : kernels_(context.kernels)
     layer.ln1Beta = Copy(Need(weights, p + ".ln_1.bias", {d}));
     layer.ln2Gamma = Copy(Need(weights, p + ".ln_2.weight", {d}));
     layer.ln2Beta = Copy(Need(weights, p + ".ln_2.bias", {d}));
-    layer.qkv = Pack(weights, p + ".attn.c_attn", 3 * d, d);
-    layer.proj = Pack(weights, p + ".attn.c_proj", d, d);
-    layer.fc = Pack(weights, p + ".mlp.c_fc", 4 * d, d);
-    layer.out = Pack(weights, p + ".mlp.c_proj", d, 4 * d);
+    layer.qkv = Pack(weights, p + ".attn.c_attn", 3 * d, d, type);
+    layer.proj = Pack(weights, p + ".attn.c_proj", d, d, type);
+    layer.fc = Pack(weights, p + ".mlp.c_fc", 4 * d, d, type);
+    layer.out = Pack(weights, p + ".mlp.c_proj", d, 4 * d, type);
     blocks_.push_back(std::move(layer));
   }
   lnfGamma_ = Copy(Need(weights, "ln_f.weight", {d}));
   lnfBeta_ = Copy(Need(weights, "ln_f.bias", {d}));
   const at::Tensor& head = weights.count("lm_head.weight") ? Need(weights, "lm_head.weight", {vocab_, d}) : wte;
-  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_);
+  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
   normed_.resize(team_.size());
   scratch_.resize(team_.size());
   for (auto& scratch : scratch_) scratch.Resize(contextPad_);

@@ -23,24 +23,50 @@ struct AlignedFloats {
   float* get() const { return data.get(); }
 };
 
+// How a packed weight is stored. Products are always accumulated in float32.
+//   F32:  panel[k * 16 + c]
+//   BF16: panel[(k / 2) * 32 + c * 2 + k % 2]: each 32-bit lane holds the pair (k, k + 1) of
+//         column c, the operand layout of AVX512_BF16's vdpbf16ps; widening the pair to two
+//         floats is a shift and a mask.
+//   F16:  panel[k * 16 + c] (16 halves, one vcvtph2ps).
+// The 16-bit types need an even K (every real model's widths are).
+enum class WeightType { F32, BF16, F16 };
+
 // A Linear layer's weight [N, K] and bias [N], packed in panels of 16 output columns
 // (panel p holds W[16p .. 16p+15][k] for every k, column-interleaved), N padded to 16.
 class PackedLinear {
  public:
   PackedLinear() = default;
-  // weight: row-major [n, k]; bias: n values or null.
-  PackedLinear(const float* weight, const float* bias, int n, int k);
+  // weight: row-major [n, k], rounded to `type` (round to nearest even); bias: n values or null.
+  PackedLinear(const float* weight, const float* bias, int n, int k, WeightType type = WeightType::F32);
   int n() const { return n_; }
   int k() const { return k_; }
   int panels() const { return panels_; }
+  WeightType type() const { return type_; }
   const float* panel(int p) const { return packed_.get() + static_cast<size_t>(p) * k_ * 16; }
+  const uint16_t* halfPanel(int p) const { return halves_.get() + static_cast<size_t>(p) * k_ * 16; }
   const float* bias() const { return bias_.get(); }
+  // Bytes of weights a step streams through this layer.
+  size_t bytes() const { return static_cast<size_t>(panels_) * k_ * 16 * (type_ == WeightType::F32 ? 4 : 2); }
 
  private:
+  struct FreeHalves {
+    void operator()(uint16_t* p) const;
+  };
   int n_ = 0, k_ = 0, panels_ = 0;
+  WeightType type_ = WeightType::F32;
   AlignedFloats packed_;
+  std::unique_ptr<uint16_t[], FreeHalves> halves_;
   AlignedFloats bias_;
 };
+
+// "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype").
+WeightType WeightTypeOf(const std::string& dtype);
+
+// IEEE half and bfloat16 conversions (round to nearest even), for packing and tests.
+uint16_t FloatToBf16(float value);
+uint16_t FloatToHalf(float value);
+float HalfToFloat(uint16_t half);
 
 enum class Epilogue {
   Store,      // Y = X W^T + b
@@ -52,7 +78,7 @@ enum class Epilogue {
 // One instruction-set family of the kernels: every copy computes the same functions, so a
 // stepper holds a reference to one set and calls through it.
 struct KernelSet {
-  const char* name;  // "avx512", "avx2" or "baseline"
+  const char* name;  // "avx512_bf16", "avx512", "avx2" or "baseline"
 
   // Y[m, 16*p0 .. 16*p1) for m < rows. Only the first `n` columns of Y are written.
   void (*linearPanels)(const float* x, int rows, int ldx, const PackedLinear& w, float* y, int ldy, int p0, int p1,
@@ -61,6 +87,13 @@ struct KernelSet {
   // out[m] = LayerNorm(x[m]) * gamma + beta over `width` features, for m < rows.
   void (*layerNormRows)(const float* x, int rows, int ld, int width, const float* gamma, const float* beta,
                         float eps, float* out, int ldo);
+
+  // out[m] = x[m] / sqrt(mean(x[m]^2) + eps) * gamma (RMSNorm), for m < rows.
+  void (*rmsNormRows)(const float* x, int rows, int ld, int width, const float* gamma, float eps, float* out,
+                      int ldo);
+
+  // out[m][i] = silu(g[m][i]) * g[m][width + i] (SwiGLU over a fused gate|up product), m < rows.
+  void (*swiGlu)(const float* g, int rows, int ldg, int width, float* out, int ldo);
 
   // Causal attention of one head for `queries` new tokens at positions first..first+queries-1:
   // q[t] (hd floats, stride ldq); keys in tiles of 16 positions, each tile dim-major
@@ -71,8 +104,9 @@ struct KernelSet {
                      float scale, float* out, int ldo, float* scratch);
 };
 
-// The best family this CPU runs, capped at `cap`: "auto" (no cap), "avx512", "avx2" or
-// "baseline" (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
+// The best family this CPU runs, capped at `cap`: "auto" (no cap), "avx512_bf16" (AVX-512 with
+// the bf16 dot products), "avx512" (16-bit weights widened to float), "avx2" or "baseline"
+// (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
 // name throws CodedError(ERR_INVALID_ARGUMENT).
 const KernelSet& SelectKernels(const std::string& cap);
 

@@ -44,7 +44,7 @@ export interface TorchEngineOptions {
   runtime?: "auto" | "native" | "torchscript";
   /**
    * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
-   * has), "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
+   * has), "avx512_bf16", "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
    * and for testing every family on one machine.
    */
   kernels?: KernelFamilyCap;

@@ -115,7 +115,7 @@ export interface RawLanguageModelSettings {
   prefillPerDecode?: number;
 }
 
-export type KernelFamily = "avx512" | "avx2" | "baseline";
+export type KernelFamily = "avx512_bf16" | "avx512" | "avx2" | "baseline";
 export type KernelFamilyCap = "auto" | KernelFamily;
 
 export interface RawRuntimeChoice {

@@ -10,7 +10,7 @@ import { ServingError } from "../errors.js";
 import { parseApiKeys } from "../http/apiKeys.js";
 
 export type RuntimeChoice = "auto" | "native" | "torchscript";
-export type KernelsCap = "auto" | "avx512" | "avx2" | "baseline";
+export type KernelsCap = "auto" | "avx512_bf16" | "avx512" | "avx2" | "baseline";
 
 /** The language model's variables. */
 export interface EngineEnv {
@@ -141,7 +141,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     device: text(env, "SERVICE_DEVICE") ?? "cpu",
     threads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
     runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
-    kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512", "avx2", "baseline"] as const, "auto"),
+    kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
   };

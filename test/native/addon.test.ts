@@ -33,13 +33,15 @@ describe("native addon", function () {
   it("offers every kernel family the CPU can run, so the suite exercises each", () => {
     // /proc/cpuinfo is the independent witness: a detection bug must not quietly drop a family.
     const flags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
+    const avx512 = ["avx512f", "avx512dq", "avx512bw", "avx512vl"].every((f) => flags.has(f));
     const expected = [
-      ...(["avx512f", "avx512dq", "avx512bw", "avx512vl"].every((f) => flags.has(f)) ? ["avx512"] : []),
-      ...(flags.has("avx2") && flags.has("fma") ? ["avx2"] : []),
+      ...(avx512 && flags.has("avx512_bf16") ? ["avx512_bf16"] : []),
+      ...(avx512 ? ["avx512"] : []),
+      ...(flags.has("avx2") && flags.has("fma") && flags.has("f16c") ? ["avx2"] : []),
       "baseline",
     ];
     expect(addon.kernelFamilies).to.deep.equal(expected);
-    expect(addon.nativeArchitectures).to.include("gpt");
+    expect(addon.nativeArchitectures).to.include.members(["gpt", "llama"]);
   });
 
   it("rejects an unknown kernel family or dtype at configure", async () => {
