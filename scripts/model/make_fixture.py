@@ -62,6 +62,7 @@ gpt = _load_relative("scripts/model/gpt.py", "gpt")
 sys.path.insert(0, HERE)
 import export_gpt  # noqa: E402  (uses the gpt module loaded above)
 import reference  # noqa: E402
+from hf_tokenizer import bytes_to_unicode  # noqa: E402
 
 SEED = 20240611
 TINY = dict(vocab_size=259, block_size=64, n_layer=2, n_head=2, n_embd=32, bias=True,
@@ -151,23 +152,9 @@ def _variant(cls, model):
 
 # ---------------------------------------------------------------------- tokenizer
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character map; its order is the vocab order of ids 0..255."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return list(zip(bs, [chr(c) for c in cs]))
-
-
 def tiny_bpe_tokenizer() -> dict:
     vocab = {}
-    for i, (_b, ch) in enumerate(bytes_to_unicode()):
+    for i, ch in enumerate(bytes_to_unicode().values()):
         vocab[ch] = i
     for merge in HF_MERGES:
         a, b = merge.split(" ")
