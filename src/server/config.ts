@@ -44,17 +44,10 @@ export interface ServerConfig {
   host: string;
   port: number;
   recsysPort: number;
-  /** Undefined: `npm start` falls back to the demo model. */
-  serviceCkpt: string | undefined;
-  serviceDevice: string;
-  serviceThreads: number | undefined;
-  serviceRuntime: RuntimeChoice;
-  serviceKernels: KernelsCap;
-  serviceKvBudgetMb: number | undefined;
-  serviceStepTokens: number | undefined;
-  recsysCkpt: string | undefined;
-  recsysDevice: string;
-  recsysLatencyBudgetMs: number;
+  /** The language model's variables (a checkpoint left undefined: `npm start` serves the demo model). */
+  engine: EngineEnv;
+  /** The recommender's variables (likewise). */
+  recommender: RecommenderEnv;
   maxBatchSize: number;
   maxWaitMs: number;
   maxQueueSize: number;
@@ -156,22 +149,12 @@ export function readRecommenderEnv(env: NodeJS.ProcessEnv = process.env): Recomm
 }
 
 export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
-  const engine = readEngineEnv(env);
-  const recommender = readRecommenderEnv(env);
   const config: ServerConfig = {
     host: text(env, "HOST") ?? "0.0.0.0",
     port: number(env, "PORT", 8000, port, "a port number (0-65535)"),
     recsysPort: number(env, "RECSYS_PORT", 8001, port, "a port number (0-65535)"),
-    serviceCkpt: engine.checkpoint,
-    serviceDevice: engine.device,
-    serviceThreads: engine.threads,
-    serviceRuntime: engine.runtime,
-    serviceKernels: engine.kernels,
-    serviceKvBudgetMb: engine.kvBudgetMb,
-    serviceStepTokens: engine.stepTokens,
-    recsysCkpt: recommender.checkpoint,
-    recsysDevice: recommender.device,
-    recsysLatencyBudgetMs: recommender.latencyBudgetMs,
+    engine: readEngineEnv(env),
+    recommender: readRecommenderEnv(env),
     maxBatchSize: number(env, "MAX_BATCH_SIZE", 8, positiveInt, "a positive integer"),
     maxWaitMs: number(env, "MAX_WAIT_MS", 5, nonNegative, "a number of milliseconds >= 0"),
     maxQueueSize: number(env, "MAX_QUEUE_SIZE", 1024, positiveInt, "a positive integer"),

@@ -80,23 +80,23 @@ function closeServer(server: Server): Promise<void> {
 }
 
 export async function startServer(config: ServerConfig, logger: LoggerLike): Promise<RunningServer> {
-  const textCkpt = config.serviceCkpt ?? DEMO_MODELS.text;
-  const recsysCkpt = config.recsysCkpt ?? DEMO_MODELS.recsys;
-  if (!config.serviceCkpt) logger.info({ checkpoint: textCkpt }, "SERVICE_CKPT not set: serving the demo language model");
-  if (!config.recsysCkpt) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
+  const textCkpt = config.engine.checkpoint ?? DEMO_MODELS.text;
+  const recsysCkpt = config.recommender.checkpoint ?? DEMO_MODELS.recsys;
+  if (!config.engine.checkpoint) logger.info({ checkpoint: textCkpt }, "SERVICE_CKPT not set: serving the demo language model");
+  if (!config.recommender.checkpoint) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
 
   const loads = await Promise.allSettled([
     TorchEngine.load(textCkpt, {
-      device: config.serviceDevice,
-      threads: config.serviceThreads,
-      runtime: config.serviceRuntime,
-      kernels: config.serviceKernels,
-      kvBudgetMb: config.serviceKvBudgetMb,
-      stepTokens: config.serviceStepTokens,
+      device: config.engine.device,
+      threads: config.engine.threads,
+      runtime: config.engine.runtime,
+      kernels: config.engine.kernels,
+      kvBudgetMb: config.engine.kvBudgetMb,
+      stepTokens: config.engine.stepTokens,
     }),
     TorchRecommender.load(recsysCkpt, {
-      device: config.recsysDevice,
-      latencyBudgetMs: config.recsysLatencyBudgetMs,
+      device: config.recommender.device,
+      latencyBudgetMs: config.recommender.latencyBudgetMs,
       logger,
     }),
   ] as const);

@@ -15,11 +15,6 @@ describe("readServerConfig", () => {
       host: "0.0.0.0",
       port: 8000,
       recsysPort: 8001,
-      serviceCkpt: undefined,
-      serviceDevice: "cpu",
-      serviceRuntime: "auto",
-      serviceKernels: "auto",
-      recsysDevice: "cpu",
       maxBatchSize: 8,
       maxWaitMs: 5,
       maxQueueSize: 1024,
@@ -29,11 +24,14 @@ describe("readServerConfig", () => {
       shutdownTimeoutMs: 30000,
       trustProxy: false,
       maxActiveStreams: undefined,
-      serviceKvBudgetMb: undefined,
       headersTimeoutMs: 10000,
       requestTimeoutMs: 30000,
       keepAliveTimeoutMs: 65000,
     });
+    expect(config.engine).to.deep.equal({
+      checkpoint: undefined, device: "cpu", threads: undefined, runtime: "auto", kernels: "auto", kvBudgetMb: undefined, stepTokens: undefined,
+    });
+    expect(config.recommender).to.deep.equal({ checkpoint: undefined, device: "cpu", latencyBudgetMs: 100 });
   });
 
   it("reads the stream limit, the KV budget and the server timeouts", () => {
@@ -41,9 +39,8 @@ describe("readServerConfig", () => {
       MAX_ACTIVE_STREAMS: "12", SERVICE_KV_BUDGET_MB: "64", HEADERS_TIMEOUT_MS: "2000",
       REQUEST_TIMEOUT_MS: "5000", KEEP_ALIVE_TIMEOUT_MS: "7000",
     });
-    expect(config).to.deep.include({
-      maxActiveStreams: 12, serviceKvBudgetMb: 64, headersTimeoutMs: 2000, requestTimeoutMs: 5000, keepAliveTimeoutMs: 7000,
-    });
+    expect(config).to.deep.include({ maxActiveStreams: 12, headersTimeoutMs: 2000, requestTimeoutMs: 5000, keepAliveTimeoutMs: 7000 });
+    expect(config.engine.kvBudgetMb).to.equal(64);
     expect(() => readServerConfig({ MAX_ACTIVE_STREAMS: "0" })).to.throw(/MAX_ACTIVE_STREAMS/);
     expect(() => readServerConfig({ HEADERS_TIMEOUT_MS: "9000", REQUEST_TIMEOUT_MS: "5000" })).to.throw(/HEADERS_TIMEOUT_MS/);
   });
@@ -56,12 +53,14 @@ describe("readServerConfig", () => {
       REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
     });
     expect(config).to.deep.include({
-      host: "127.0.0.1", port: 0, recsysPort: 9001, serviceCkpt: "a.pt", serviceDevice: "cuda:1", serviceThreads: 3,
-      serviceRuntime: "torchscript", serviceKernels: "avx2", serviceKvBudgetMb: 512, serviceStepTokens: 0,
-      recsysCkpt: "b.pt", recsysLatencyBudgetMs: 50, maxBatchSize: 32, maxWaitMs: 2.5, maxQueueSize: 10,
+      host: "127.0.0.1", port: 0, recsysPort: 9001, maxBatchSize: 32, maxWaitMs: 2.5, maxQueueSize: 10,
       rateLimitPerSecond: 5, rateLimitBurst: 20, redisUrl: "redis://127.0.0.1:6379", logLevel: "debug",
       shutdownTimeoutMs: 1000, trustProxy: 1,
     });
+    expect(config.engine).to.deep.equal({
+      checkpoint: "a.pt", device: "cuda:1", threads: 3, runtime: "torchscript", kernels: "avx2", kvBudgetMb: 512, stepTokens: 0,
+    });
+    expect(config.recommender).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 50 });
     expect(readServerConfig({ TRUST_PROXY: "true" }).trustProxy).to.equal(true);
     expect(readServerConfig({ TRUST_PROXY: "loopback, 10.0.0.0/8" }).trustProxy).to.equal("loopback, 10.0.0.0/8");
   });
@@ -83,12 +82,9 @@ describe("readServerConfig", () => {
     expect(readEngineEnv(env)).to.deep.equal({
       checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline", kvBudgetMb: undefined, stepTokens: undefined,
     });
-    expect(readEngineEnv(env)).to.deep.equal({
-      checkpoint: server.serviceCkpt, device: server.serviceDevice, threads: server.serviceThreads,
-      runtime: server.serviceRuntime, kernels: server.serviceKernels,
-      kvBudgetMb: server.serviceKvBudgetMb, stepTokens: server.serviceStepTokens,
-    });
+    expect(server.engine).to.deep.equal(readEngineEnv(env));
     expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });
+    expect(server.recommender).to.deep.equal(readRecommenderEnv(env));
   });
 
   it("API keys from API_KEYS and API_KEYS_FILE together; an unreadable or empty file is a startup error naming it", () => {
