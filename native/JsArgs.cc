@@ -131,8 +131,6 @@ DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
     throw CodedError(ErrorCode::kInvalidArgument, "configure(): stepTokens must be >= 0 (0: unchunked prefill)");
   }
   decode.prefillPerDecode = IntField(settings, "prefillPerDecode", DecodeSettings::kDefaultPrefillPerDecode);
-  const int64_t single = IntField(settings, "eosTokenId", -1);  // the older, one-id form
-  if (single >= 0 && !decode.IsEos(single)) decode.eosTokenIds.push_back(single);
   return decode;
 }
 
@@ -151,8 +149,6 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   request.kvBudgetBytes = budgetMb << 20;
   Napi::Value fields = settings.Get("modelConfig");
   if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
-  // The older form: gelu next to architecture.
-  if (!request.fields.Has("gelu")) request.fields.strings["gelu"] = TextField(settings, "gelu", "tanh");
   request.threads = std::max(1, threads);
   return request;
 }

@@ -84,10 +84,10 @@ async function ours(runtime: "native" | "torchscript", config: Record<string, un
   try {
     const chosen = await model.configure({
       contextLength: Number(config.block_size),
-      eosTokenId: -1, // decode the full length, like the baseline
+      eosTokenIds: [], // decode the full length, like the baseline
       runtime,
       architecture: String(config.architecture),
-      gelu: String(config.gelu ?? "tanh"),
+      modelConfig: config,
     });
     if (chosen.runtime !== runtime) throw new Error(`asked for ${runtime}, got ${chosen.runtime}: ${chosen.note}`);
     const decodeStepSeconds: Record<number, number> = {};

@@ -82,8 +82,6 @@ export interface RawLanguageModelSettings {
   contextLength: number;
   /** A row ends on any of these; empty or absent when the model has none. */
   eosTokenIds?: number[];
-  /** The older one-id form; -1 for none. */
-  eosTokenId?: number;
   /** A token id to warm the model up with. */
   warmupToken?: number;
   /** "auto" (default): native where the architecture has a native CPU runtime whose forward matches the TorchScript. */
@@ -96,8 +94,6 @@ export interface RawLanguageModelSettings {
   dtype?: "float32" | "bfloat16" | "float16";
   /** config.json's scalar fields (nested objects one level down), for the native runtime. */
   modelConfig?: Record<string, unknown>;
-  /** The older form of modelConfig.gelu. */
-  gelu?: string;
   /**
    * Memory for the TorchScript runtime's KV cache in MiB (SERVICE_KV_BUDGET_MB); 0 or absent:
    * 256 on the CPU, half the free device memory on CUDA.

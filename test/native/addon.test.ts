@@ -66,7 +66,7 @@ describe("native addon", function () {
         model = await addon.loadLanguageModel(fixture(name), { device: "cpu", extraFiles: ["config.json"], threads: 1 });
         await model.configure({
           contextLength: golden.config.block_size,
-          eosTokenId: golden.config.tokenizer.eos_token_id ?? -1,
+          eosTokenIds: golden.config.tokenizer.eos_token_id === null ? [] : [golden.config.tokenizer.eos_token_id],
         });
       });
       after(() => model.dispose());
@@ -105,7 +105,7 @@ describe("native addon", function () {
     before(async () => {
       model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       // No end-of-sequence here: sampled rows must run to their limits.
-      await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt" });
+      await model.configure({ contextLength: 64, eosTokenIds: [], runtime, architecture: "gpt" });
     });
     after(() => model.dispose());
 
@@ -161,7 +161,7 @@ describe("native addon", function () {
       it(`every golden case as its own concurrent job still matches the reference (${runtime})`, async () => {
         const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
         try {
-          const chosen = await model.configure({ contextLength: 64, eosTokenId: 257, runtime, architecture: "gpt", gelu: "tanh" });
+          const chosen = await model.configure({ contextLength: 64, eosTokenIds: [257], runtime, architecture: "gpt" });
           expect(chosen.runtime).to.equal(runtime);
           const outs = await Promise.all(golden.cases.map((c) => model.generate([greedy(c)], null).result));
           expect(outs.map(([o]) => Array.from(o!))).to.deep.equal(golden.cases.map((c) => c.output_ids));
@@ -175,7 +175,7 @@ describe("native addon", function () {
     it(`a job submitted while another decodes joins it and finishes first (${runtime} runtime)`, async () => {
       const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       try {
-        await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt", gelu: "tanh" });
+        await model.configure({ contextLength: 64, eosTokenIds: [], runtime, architecture: "gpt" });
         let longDone = false;
         let started!: () => void;
         const firstToken = new Promise<void>((resolve) => (started = resolve));
@@ -201,7 +201,7 @@ describe("native addon", function () {
     async function tokensBeforeLongOnesFirst(runtime: "native" | "torchscript", stepTokens: number): Promise<number> {
       const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       try {
-        await model.configure({ contextLength: 64, eosTokenId: -1, runtime, architecture: "gpt", stepTokens });
+        await model.configure({ contextLength: 64, eosTokenIds: [], runtime, architecture: "gpt", stepTokens });
         const long = Int32Array.from({ length: 60 }, (_, i) => 97 + (i % 26));
         let running = 0;
         let seen = -1;
@@ -238,7 +238,7 @@ describe("native addon", function () {
         for (const stepTokens of [1, 5]) {
           const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
           try {
-            await model.configure({ contextLength: 64, eosTokenId: 257, runtime, architecture: "gpt", stepTokens });
+            await model.configure({ contextLength: 64, eosTokenIds: [257], runtime, architecture: "gpt", stepTokens });
             const batch = await model.generate(golden.cases.map(greedy), null).result;
             expect(batch.map((o) => Array.from(o)), `stepTokens ${stepTokens}`).to.deep.equal(golden.cases.map((c) => c.output_ids));
             const jobs = await Promise.all(golden.cases.map((c) => model.generate([greedy(c)], null).result));
@@ -312,7 +312,7 @@ describe("native addon", function () {
       try {
         const beforeConfigure = await rejection(model.generate([{ tokens: Int32Array.of(1), maxNewTokens: 1, sampling: { temperature: 0, topK: 0, seed: -1 } }], null).result);
         expect(beforeConfigure.code).to.equal("ERR_INVALID_ARGUMENT");
-        await model.configure({ contextLength: 64, eosTokenId: 257 });
+        await model.configure({ contextLength: 64, eosTokenIds: [257] });
         const empty = await rejection(model.generate([], null).result);
         expect(empty.code).to.equal("ERR_INVALID_ARGUMENT");
         const noTokens = await rejection(model.generate([{ tokens: new Int32Array(0), maxNewTokens: 1, sampling: { temperature: 0, topK: 0, seed: -1 } }], null).result);
@@ -330,7 +330,7 @@ describe("native addon", function () {
       const cycle = async () => {
         const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 2 });
         // The native runtime, so its compute team (a worker thread at threads: 2) is covered too.
-        const { runtime } = await model.configure({ contextLength: 64, eosTokenId: 257, architecture: "gpt", gelu: "tanh" });
+        const { runtime } = await model.configure({ contextLength: 64, eosTokenIds: [257], architecture: "gpt" });
         expect(runtime).to.equal("native");
         await model.generate([{ tokens: Int32Array.of(65), maxNewTokens: 5, sampling: { temperature: 0, topK: 0, seed: -1 } }], () => {}).result;
         await model.dispose();
@@ -355,7 +355,7 @@ describe("native addon", function () {
 
     it("dispose lets submitted work finish, rejects later calls, and is idempotent", async () => {
       const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu" });
-      await model.configure({ contextLength: 64, eosTokenId: -1 });
+      await model.configure({ contextLength: 64, eosTokenIds: [] });
       const row = { tokens: Int32Array.of(65), maxNewTokens: 300, sampling: { temperature: 1, topK: 0, seed: 1 } };
       let started = false;
       const running = model.generate([row], () => {

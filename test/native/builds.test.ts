@@ -21,7 +21,7 @@ const addon = require(process.env.TORCHSERVE_ADDON);
 const [ckpt, prompt, max] = process.argv.slice(1);
 (async () => {
   const model = await addon.loadLanguageModel(ckpt, { device: "cpu", threads: 1 });
-  const { runtime } = await model.configure({ contextLength: 64, eosTokenId: 257, runtime: "auto", architecture: "gpt", gelu: "tanh" });
+  const { runtime } = await model.configure({ contextLength: 64, eosTokenIds: [257], runtime: "auto", architecture: "gpt" });
   const [out] = await model.generate([{ tokens: Int32Array.from(JSON.parse(prompt)), maxNewTokens: Number(max), sampling: { temperature: 0, topK: 0, seed: -1 } }], null).result;
   await model.dispose();
   console.log(JSON.stringify({ runtime, out: Array.from(out) }));

@@ -44,7 +44,7 @@ for (const runtime of ["native", "torchscript"] as const) {
     before(async () => {
       model = await loadAddon().loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
       const eos = goldenFor("tiny-gpt.pt").config.tokenizer.eos_token_id;
-      const chosen = await model.configure({ contextLength: 64, eosTokenIds: eos === null ? [] : [eos], runtime, architecture: "gpt", gelu: "tanh" });
+      const chosen = await model.configure({ contextLength: 64, eosTokenIds: eos === null ? [] : [eos], runtime, architecture: "gpt" });
       expect(chosen.runtime).to.equal(runtime);
     });
     after(() => model.dispose());
