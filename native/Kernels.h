@@ -100,8 +100,9 @@ struct KernelSet {
   // (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from one
   // contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
   // visible to query t. scratch holds at least first+queries floats rounded up to 16.
-  void (*attendHead)(const float* q, int ldq, int queries, int first, const float* keyTiles, const float* v, int hd,
-                     float scale, float* out, int ldo, float* scratch);
+  // keyTiles and v hold the cache's element type `cache` (float32, bf16 or fp16; see KvCache).
+  void (*attendHead)(const float* q, int ldq, int queries, int first, const void* keyTiles, const void* v,
+                     WeightType cache, int hd, float scale, float* out, int ldo, float* scratch);
 };
 
 // The best family this CPU runs, capped at `cap`: "auto" (no cap), "avx512_bf16" (AVX-512 with

@@ -1,43 +1,15 @@
 #include "LlamaStepper.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-
-#include "ErrorCodes.h"
-#include "Errors.h"
 
 namespace tsn {
 
-namespace {
-
-using Weights = std::map<std::string, at::Tensor>;
-
-// Fewest token rows in a step for which the whole team is worth waking (as GptStepper).
-constexpr int kTeamRows = 4;
-
-[[noreturn]] void Mismatch(const std::string& what) {
-  throw CodedError(ErrorCode::kCheckpointInterface, "not the llama parameter layout for the native runtime: " + what);
-}
-
-const at::Tensor& Need(const Weights& weights, const std::string& name, std::vector<int64_t> shape) {
-  auto it = weights.find(name);
-  if (it == weights.end()) Mismatch("missing " + name);
-  if (it->second.sizes().vec() != shape) Mismatch(name + " has shape " + c10::str(it->second.sizes()));
-  return it->second;
-}
-
-std::vector<float> Copy(const at::Tensor& tensor) {
-  const float* data = tensor.data_ptr<float>();
-  return std::vector<float>(data, data + tensor.numel());
-}
-
 // Hugging Face's inverse frequencies (_compute_default_rope_parameters, and
 // _compute_llama3_parameters for rope_scaling "llama3"), in float32 as transformers computes them.
-at::Tensor InverseFrequencies(const ModelFields& fields, int headDim) {
+at::Tensor LlamaStepper::InverseFrequencies(const ModelFields& fields) const {
   const double theta = fields.Number("rope_theta", 10000.0);
-  at::Tensor inv = at::reciprocal(at::pow(theta, at::arange(0, headDim, 2, at::kLong).to(at::kFloat) / headDim));
+  at::Tensor inv = at::reciprocal(at::pow(theta, at::arange(0, headDim_, 2, at::kLong).to(at::kFloat) / headDim_));
   std::string type = fields.String("rope_scaling.rope_type", fields.String("rope_scaling.type", ""));
   if (type.empty() && fields.Has("rope_scaling.factor")) type = "?";
   if (type.empty() || type == "default") return inv;
@@ -58,98 +30,84 @@ at::Tensor InverseFrequencies(const ModelFields& fields, int headDim) {
   return at::where(medium, smoothed, scaled);
 }
 
-}  // namespace
-
-LlamaStepper::LlamaStepper(const NativeContext& context) : kernels_(context.kernels), team_(context.threads) {
+LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
   const ModelFields& fields = context.fields;
   const WeightType type = WeightTypeOf(fields.String("dtype", "float32"));
-  Weights weights;
-  for (const auto& p : context.module.named_parameters(true)) {
-    weights[p.name] = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
-  }
-  if (!weights.count("embed.weight") || weights.at("embed.weight").dim() != 2) Mismatch("missing a 2-D embed.weight");
-  const at::Tensor embed = weights.at("embed.weight");
-  vocab_ = static_cast<int>(embed.size(0));
-  embd_ = static_cast<int>(embed.size(1));
-  while (weights.count("layers." + std::to_string(layers_) + ".attn_norm.weight")) ++layers_;
-  if (layers_ == 0) Mismatch("no layers.0");
+  if (!Has("embed.weight")) Mismatch("missing embed.weight");
+  const at::Tensor& embed = Need("embed.weight", {-1, -1});
+  const int64_t vocab = embed.size(0), d = embed.size(1);
+  int layers = 0;
+  while (Has("layers." + std::to_string(layers) + ".attn_norm.weight")) ++layers;
+  if (layers == 0) Mismatch("no layers.0");
 
   torch::jit::Module handle = context.module;  // run_method is not const
   const auto shape = handle.run_method("cache_shape", int64_t{1}).toIntVector();
-  if (shape.size() != 6 || shape[0] != layers_) Mismatch("unexpected cache_shape(1)");
+  if (shape.size() != 6 || shape[0] != layers) Mismatch("unexpected cache_shape(1)");
   kvHeads_ = static_cast<int>(shape[3]);
-  context_ = static_cast<int>(shape[4]);
+  const int positions = static_cast<int>(shape[4]);
   headDim_ = static_cast<int>(shape[5]);
-  contextPad_ = (context_ + 15) / 16 * 16;
   if (headDim_ % 2 != 0) Mismatch("odd head_dim");
-  const at::Tensor& q0 = Need(weights, "layers.0.q_proj.weight", {weights.at("layers.0.q_proj.weight").size(0), embd_});
-  heads_ = static_cast<int>(q0.size(0) / headDim_);
-  if (heads_ * headDim_ != q0.size(0) || heads_ % kvHeads_ != 0) Mismatch("q_proj rows are not a multiple of the kv heads");
-  if (!weights.count("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
-  hidden_ = static_cast<int>(weights.at("layers.0.gate_proj.weight").size(0));
+  if (!Has("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
+  heads_ = static_cast<int>(Need("layers.0.q_proj.weight", {-1, d}).size(0) / headDim_);
+  if (heads_ * headDim_ != Need("layers.0.q_proj.weight", {-1, d}).size(0) || heads_ % kvHeads_ != 0) {
+    Mismatch("q_proj rows are not a multiple of the kv heads");
+  }
+  if (!Has("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
+  hidden_ = static_cast<int>(Need("layers.0.gate_proj.weight", {-1, d}).size(0));
   eps_ = static_cast<float>(fields.Number("rms_norm_eps", 1e-6));
+  SetShape(layers, kvHeads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), positions, type);
 
-  const int64_t d = embd_, qWidth = heads_ * headDim_, kvWidth = kvHeads_ * headDim_, hidden = hidden_;
+  const int64_t qWidth = heads_ * headDim_, kvWidth = kvHeads_ * headDim_, hidden = hidden_;
   embed_ = Copy(embed);
-  for (int l = 0; l < layers_; ++l) {
+  for (int l = 0; l < layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer layer;
-    layer.attnNorm = Copy(Need(weights, p + "attn_norm.weight", {d}));
-    layer.mlpNorm = Copy(Need(weights, p + "mlp_norm.weight", {d}));
-    const at::Tensor qkv = at::cat({Need(weights, p + "q_proj.weight", {qWidth, d}),
-                                    Need(weights, p + "k_proj.weight", {kvWidth, d}),
-                                    Need(weights, p + "v_proj.weight", {kvWidth, d})}).contiguous();
+    layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
+    layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
+    const at::Tensor qkv = at::cat({Need(p + "q_proj.weight", {qWidth, d}), Need(p + "k_proj.weight", {kvWidth, d}),
+                                    Need(p + "v_proj.weight", {kvWidth, d})}).contiguous();
     at::Tensor bias;
-    if (weights.count(p + "q_proj.bias")) {
-      bias = at::cat({Need(weights, p + "q_proj.bias", {qWidth}), Need(weights, p + "k_proj.bias", {kvWidth}),
-                      Need(weights, p + "v_proj.bias", {kvWidth})}).contiguous();
+    if (Has(p + "q_proj.bias")) {
+      bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
+                      Need(p + "v_proj.bias", {kvWidth})}).contiguous();
     }
     layer.qkv = PackedLinear(qkv.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
                              static_cast<int>(qkv.size(0)), embd_, type);
-    const at::Tensor& o = Need(weights, p + "o_proj.weight", {d, qWidth});
-    layer.o = PackedLinear(o.data_ptr<float>(), nullptr, embd_, static_cast<int>(qWidth), type);
-    const at::Tensor gateUp = at::cat({Need(weights, p + "gate_proj.weight", {hidden, d}),
-                                       Need(weights, p + "up_proj.weight", {hidden, d})}).contiguous();
+    layer.o = PackedLinear(Need(p + "o_proj.weight", {d, qWidth}).data_ptr<float>(), nullptr, embd_,
+                           static_cast<int>(qWidth), type);
+    const at::Tensor gateUp = at::cat({Need(p + "gate_proj.weight", {hidden, d}),
+                                       Need(p + "up_proj.weight", {hidden, d})}).contiguous();
     layer.gateUp = PackedLinear(gateUp.data_ptr<float>(), nullptr, 2 * hidden_, embd_, type);
-    const at::Tensor& down = Need(weights, p + "down_proj.weight", {d, hidden});
-    layer.down = PackedLinear(down.data_ptr<float>(), nullptr, embd_, hidden_, type);
+    layer.down = PackedLinear(Need(p + "down_proj.weight", {d, hidden}).data_ptr<float>(), nullptr, embd_, hidden_, type);
     blocks_.push_back(std::move(layer));
   }
-  norm_ = Copy(Need(weights, "norm.weight", {d}));
-  const at::Tensor& head = weights.count("lm_head.weight") ? Need(weights, "lm_head.weight", {vocab_, d}) : embed;
+  norm_ = Copy(Need("norm.weight", {d}));
+  const at::Tensor& head = Has("lm_head.weight") ? Need("lm_head.weight", {vocab, d}) : embed;
   head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
+  DropWeights();
 
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).
-  const at::Tensor freqs = at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
-                           InverseFrequencies(fields, headDim_).view({1, -1});
+  const at::Tensor freqs =
+      at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
+      InverseFrequencies(fields).view({1, -1});
   cos_ = Copy(freqs.cos().contiguous());
   sin_ = Copy(freqs.sin().contiguous());
-
-  normed_.resize(team_.size());
-  scratch_.resize(team_.size());
   act_.resize(team_.size());
-  for (auto& scratch : scratch_) scratch.Resize(contextPad_);
 }
 
-float* LlamaStepper::KeyTiles(int layer, int slot, int head) const {
-  return keys_.get() + ((static_cast<size_t>(layer) * slots_ + slot) * kvHeads_ + head) * headDim_ * contextPad_;
+void LlamaStepper::Reserve(int rows) {
+  qkvOut_.Resize(static_cast<size_t>(rows) * blocks_[0].qkv.n());
+  attn_.Resize(static_cast<size_t>(rows) * heads_ * headDim_);
+  gateUp_.Resize(static_cast<size_t>(rows) * 2 * hidden_);
+  for (auto& act : act_) act.Resize(static_cast<size_t>(rows) * hidden_);
 }
 
-float* LlamaStepper::Values(int layer, int slot, int head) const {
-  return values_.get() + ((static_cast<size_t>(layer) * slots_ + slot) * kvHeads_ + head) * contextPad_ * headDim_;
+void LlamaStepper::Embed(int64_t token, int, float* row) const {
+  std::memcpy(row, embed_.data() + token * embd_, sizeof(float) * embd_);
 }
 
-void LlamaStepper::Begin(int64_t batch) {
-  // Never read before written (attention only sees positions already fed), so not cleared.
-  slots_ = static_cast<int>(batch);
-  const size_t perCache = static_cast<size_t>(layers_) * slots_ * kvHeads_ * headDim_ * contextPad_;
-  keys_.Resize(perCache);
-  values_.Resize(perCache);
-}
-
-int64_t LlamaStepper::SlotBudget() const {
-  const int64_t bytesPerSlot = 2LL * layers_ * kvHeads_ * headDim_ * contextPad_ * static_cast<int64_t>(sizeof(float));
-  return std::clamp<int64_t>((256LL << 20) / bytesPerSlot, 8, 64);
+void LlamaStepper::FinalNorm(const float* x, float* out) const {
+  kernels_.rmsNormRows(x, 1, embd_, embd_, norm_.data(), eps_, out, embd_);
 }
 
 void LlamaStepper::Rotate(float* head, int p) const {
@@ -161,84 +119,6 @@ void LlamaStepper::Rotate(float* head, int p) const {
     head[i] = a * c[i] - b * s[i];
     head[i + half] = b * c[i] + a * s[i];
   }
-}
-
-at::Tensor LlamaStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
-  const int slots = static_cast<int>(idx.size(0));
-  if (slots != slots_) throw CodedError(ErrorCode::kInference, "step batch does not match the cache");
-  auto tokens = idx.accessor<int64_t, 2>();
-  auto positions = pos.accessor<int64_t, 1>();
-  auto counts = lengths.accessor<int64_t, 1>();
-  segments_.clear();
-  int rows = 0;
-  for (int s = 0; s < slots; ++s) {
-    const int count = static_cast<int>(counts[s]);
-    if (count <= 0) continue;
-    const int position = static_cast<int>(positions[s]);
-    if (position < 0 || position + count > context_) {
-      throw CodedError(ErrorCode::kInference, "a row would pass the model's context length");
-    }
-    segments_.push_back({s, rows, count, position});
-    rows += count;
-  }
-  at::Tensor logits = at::zeros({slots, vocab_}, at::kFloat);
-  if (rows == 0) return logits;
-
-  const size_t d = embd_;
-  x_.Resize(rows * d);
-  qkvOut_.Resize(static_cast<size_t>(rows) * blocks_[0].qkv.n());
-  attn_.Resize(static_cast<size_t>(rows) * heads_ * headDim_);
-  gateUp_.Resize(static_cast<size_t>(rows) * 2 * hidden_);
-  const size_t normedRows = std::max<size_t>(rows, segments_.size());
-  for (auto& normed : normed_) normed.Resize(normedRows * d);
-  for (auto& act : act_) act.Resize(static_cast<size_t>(rows) * hidden_);
-  AlignedFloats last;
-  last.Resize(segments_.size() * vocab_);
-
-  for (const Segment& segment : segments_) {
-    for (int t = 0; t < segment.count; ++t) {
-      const int64_t token = tokens[segment.slot][t];
-      if (token < 0 || token >= vocab_) throw CodedError(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
-      std::memcpy(x_.get() + static_cast<size_t>(segment.firstRow + t) * d, embed_.data() + token * d, sizeof(float) * d);
-    }
-  }
-
-  const int count = static_cast<int>(segments_.size());
-  team_.Run(
-      [&](int member) {
-        Layers(member, rows);
-        float* normed = normed_[member].get();
-        bool ready = false;
-        team_.Phase(member, Chunks(head_, rows), [&](int chunk) {
-          if (!ready) {
-            for (int j = 0; j < count; ++j) {
-              const Segment& segment = segments_[j];
-              kernels_.rmsNormRows(x_.get() + (segment.firstRow + segment.count - 1) * d, 1, embd_, embd_,
-                                   norm_.data(), eps_, normed + j * d, embd_);
-            }
-            ready = true;
-          }
-          const auto [p0, p1] = Columns(head_, chunk, rows);
-          kernels_.linearPanels(normed, count, embd_, head_, last.get(), vocab_, p0, p1, Epilogue::Store);
-        });
-      },
-      5 * layers_ + 1, rows >= kTeamRows ? team_.size() : 1);
-  float* out = logits.data_ptr<float>();
-  for (int j = 0; j < count; ++j) {
-    std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last.get() + static_cast<size_t>(j) * vocab_,
-                sizeof(float) * vocab_);
-  }
-  return logits;
-}
-
-int LlamaStepper::Chunks(const PackedLinear& w, int rows) {
-  const int width = rows >= kTeamRows ? 2 : 8;
-  return (w.panels() + width - 1) / width;
-}
-
-std::pair<int, int> LlamaStepper::Columns(const PackedLinear& w, int chunk, int rows) {
-  const int width = rows >= kTeamRows ? 2 : 8;
-  return {width * chunk, std::min(width * (chunk + 1), w.panels())};
 }
 
 void LlamaStepper::Layers(int member, int rows) {
@@ -271,8 +151,6 @@ void LlamaStepper::Layers(int member, int rows) {
     team_.Phase(member, static_cast<int>(segments_.size()) * kvHeads_, [&](int task) {
       const Segment& segment = segments_[task / kvHeads_];
       const int kv = task % kvHeads_;
-      float* keys = KeyTiles(l, segment.slot, kv);
-      float* values = Values(l, segment.slot, kv);
       for (int t = 0; t < segment.count; ++t) {
         float* row = qkv + static_cast<size_t>(segment.firstRow + t) * qkvWidth;
         const int p = segment.position + t;
@@ -280,14 +158,12 @@ void LlamaStepper::Layers(int member, int rows) {
         const float* v = row + attnWidth + kvHeads_ * hd + kv * hd;
         Rotate(k, p);
         for (int h = kv * group; h < (kv + 1) * group; ++h) Rotate(row + h * hd, p);
-        for (int i = 0; i < hd; ++i) {
-          keys[(static_cast<size_t>(p / 16) * hd + i) * 16 + p % 16] = k[i];
-          values[static_cast<size_t>(p) * hd + i] = v[i];
-        }
+        cache_.Put(l, segment.slot, kv, p, k, v);
       }
       for (int h = kv * group; h < (kv + 1) * group; ++h) {
         kernels_.attendHead(qkv + static_cast<size_t>(segment.firstRow) * qkvWidth + h * hd, qkvWidth, segment.count,
-                            segment.position, keys, values, hd, scale,
+                            segment.position, cache_.Keys(l, segment.slot, kv), cache_.Values(l, segment.slot, kv),
+                            cache_.type(), hd, scale,
                             attn + static_cast<size_t>(segment.firstRow) * attnWidth + h * hd, attnWidth, scratch);
       }
     });

@@ -28,7 +28,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       const Generation& done = *warmup->generation;
       if (done.failed) throw CodedError(done.error.code, done.error.message);
     }
-    return {choice.runtime, choice.kernels, choice.note};
+    return {choice.runtime, choice.kernels, choice.note, stepper_->CacheBytesPerRow()};
   } catch (...) {
     stepper_.reset();
     throw;

@@ -21,6 +21,7 @@ struct ConfigureResult {
   std::string runtime;  // "native" or "torchscript"
   std::string kernels;  // the native kernel family; empty for TorchScript
   std::string note;     // why "auto" did not choose native, when it did not
+  int64_t kvBytesPerRow = 0;  // the chosen stepper's cache bytes per row
 };
 
 class ModelCore {

@@ -92,7 +92,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
   } else {
     try {
       const KernelSet& kernels = SelectKernels(request.kernels);
-      auto native = factory->second(NativeContext{*model.module, request.fields, kernels, request.threads});
+      auto native = factory->second(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
       const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
       const bool sixteen = request.dtype != at::kFloat;
       std::unique_ptr<ScriptStepper> wide;

@@ -19,7 +19,7 @@ struct RuntimeRequest {
   std::string architecture;       // config.json "architecture"
   std::string kernels = "auto";   // kernel family cap for native steppers (SERVICE_KERNELS)
   c10::ScalarType dtype = at::kFloat;  // the checkpoint's dtype: its TorchScript cache
-  int64_t kvBudgetBytes = 0;      // TorchScript cache budget (SERVICE_KV_BUDGET_MB); 0: default
+  int64_t kvBudgetBytes = 0;      // cache budget (SERVICE_KV_BUDGET_MB); 0: each runtime's default
   ModelFields fields;             // config.json, flattened
   int threads = 1;
 };

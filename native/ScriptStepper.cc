@@ -21,12 +21,16 @@ int64_t ScriptStepper::DefaultKvBudget(c10::Device device) {
 
 int64_t ScriptStepper::SlotBudget() const {
   if (slotBudget_ > 0) return slotBudget_;
+  const int64_t budget = kvBudgetBytes_ > 0 ? kvBudgetBytes_ : DefaultKvBudget(device_);
+  slotBudget_ = std::clamp<int64_t>(budget / CacheBytesPerRow(), 1, kMaxSlots);
+  return slotBudget_;
+}
+
+int64_t ScriptStepper::CacheBytesPerRow() const {
   const auto shape = module_->run_method("cache_shape", int64_t{1}).toIntVector();
   int64_t perRow = c10::elementSize(cacheDtype_);
   for (int64_t n : shape) perRow *= std::max<int64_t>(1, n);
-  const int64_t budget = kvBudgetBytes_ > 0 ? kvBudgetBytes_ : DefaultKvBudget(device_);
-  slotBudget_ = std::clamp<int64_t>(budget / perRow, 1, kMaxSlots);
-  return slotBudget_;
+  return perRow;
 }
 
 void ScriptStepper::Begin(int64_t batch) {

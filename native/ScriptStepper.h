@@ -30,6 +30,8 @@ class ScriptStepper : public Stepper {
   bool AddressableSlots() const override { return true; }
   // The rows the memory budget holds (at least 1, at most kMaxSlots).
   int64_t SlotBudget() const override;
+  // cache_shape(1) in the cache's dtype.
+  int64_t CacheBytesPerRow() const override;
   void Keep(const at::Tensor& rows) override;
   // Shares a prompt's prefill among a request's n choices (Scheduler).
   bool CanCopyRows() const override { return true; }

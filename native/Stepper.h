@@ -29,6 +29,8 @@ class Stepper {
   virtual bool AddressableSlots() const { return false; }
   // Slots worth allocating for continuous batching (addressable runtimes).
   virtual int64_t SlotBudget() const { return 1; }
+  // Bytes of cache one row (slot) holds at full context: what the KV budget is divided by.
+  virtual int64_t CacheBytesPerRow() const = 0;
   // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
   virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
   // True when CopyRow works: n samples of one prompt then share one prefill.
@@ -46,6 +48,8 @@ struct NativeContext {
   const ModelFields& fields;
   const KernelSet& kernels;
   int threads = 1;
+  int64_t kvBudgetBytes = 0;  // memory for the cache (SERVICE_KV_BUDGET_MB); 0: 256 MiB
+
 };
 
 }  // namespace tsn

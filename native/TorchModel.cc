@@ -273,6 +273,7 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
         out.Set("runtime", result.runtime);
         if (!result.kernels.empty()) out.Set("kernels", result.kernels);
         if (!result.note.empty()) out.Set("note", result.note);
+        out.Set("kvBytesPerRow", Napi::Number::New(env, static_cast<double>(result.kvBytesPerRow)));
         deferred.Resolve(out);
       }
       self->Settle(env);
