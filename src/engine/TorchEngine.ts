@@ -79,7 +79,7 @@ export class TorchEngine implements TextGenerationEngine {
     private readonly model: RawLanguageModel,
     readonly config: ModelConfig,
     readonly tokenizer: Tokenizer,
-    /** "native" (the built-in fast path of architecture "gpt") or "torchscript". */
+    /** "native" (the built-in CPU fast path of architectures "gpt" and "llama") or "torchscript". */
     readonly runtime: "native" | "torchscript",
     /** Why "auto" chose "torchscript", when it did. */
     readonly runtimeNote: string | undefined,
@@ -87,6 +87,8 @@ export class TorchEngine implements TextGenerationEngine {
     readonly kernels: KernelFamily | undefined,
     private readonly template: ChatTemplate | undefined,
     private readonly kvBudgetMb: number,
+    /** Bytes of KV cache a row holds at full context in the chosen runtime. */
+    readonly kvBytesPerRow: number,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -100,7 +102,7 @@ export class TorchEngine implements TextGenerationEngine {
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
-      const { runtime, kernels, note } = await model.configure({
+      const { runtime, kernels, note, kvBytesPerRow } = await model.configure({
         contextLength: config.contextLength,
         eosTokenIds: config.tokenizer.eosTokenIds,
         warmupToken: tokenizer.encode("a")[0] ?? 0,
@@ -122,6 +124,7 @@ export class TorchEngine implements TextGenerationEngine {
         kernels,
         findChatTemplate(model.extraFiles, config),
         options.kvBudgetMb ?? DEFAULT_KV_BUDGET_MB,
+        kvBytesPerRow,
       );
     } catch (err) {
       await model.dispose();
@@ -153,18 +156,11 @@ export class TorchEngine implements TextGenerationEngine {
   }
 
   /**
-   * Rows whose KV caches fit the budget: a row holds keys and values (2) for every layer, of
-   * n_embd floats (4 bytes; the runtime computes in float32) per position of the context.
-   * A checkpoint whose config.json lacks n_layer/n_embd gets the lower bound.
+   * Rows whose KV caches fit the budget, by the chosen runtime's own size of a row's cache
+   * (keys and values of every layer and kv head at full context, in its cache dtype).
    */
   capacity(): { maxActiveRows: number } {
-    const layers = this.config.raw.n_layer;
-    const width = this.config.raw.n_embd;
-    if (typeof layers !== "number" || typeof width !== "number" || layers < 1 || width < 1) {
-      return { maxActiveRows: MIN_ACTIVE_ROWS };
-    }
-    const bytesPerRow = 2 * layers * width * this.config.contextLength * Float32Array.BYTES_PER_ELEMENT;
-    const rows = Math.floor((this.kvBudgetMb * 2 ** 20) / bytesPerRow);
+    const rows = Math.floor((this.kvBudgetMb * 2 ** 20) / this.kvBytesPerRow);
     return { maxActiveRows: Math.min(MAX_ACTIVE_ROWS, Math.max(MIN_ACTIVE_ROWS, rows)) };
   }
 

@@ -120,6 +120,8 @@ export interface RawRuntimeChoice {
   kernels?: KernelFamily;
   /** Why "auto" did not choose the native runtime, when it did not. */
   note?: string;
+  /** Bytes of KV cache one row holds at full context in the chosen runtime (16-bit for bf16/fp16 checkpoints). */
+  kvBytesPerRow: number;
 }
 
 export interface RawAddon {

@@ -121,3 +121,23 @@ for name in json.loads(sys.argv[2]):
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
+
+/** One fixture exported once per dtype (export_hf.py --dtype), in one Python process: `${name}-${dtype}.pt`. */
+export function exportHfDtypes(name: string, dtypes: readonly string[]): HfCheckpoints {
+  const dir = mkdtempSync(join(tmpdir(), "hf-dtypes-"));
+  const code = `
+import json, os, sys
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
+import export_hf, make_hf_fixture
+out, name = sys.argv[1], sys.argv[2]
+src = make_hf_fixture.make(name, out)
+for dtype in json.loads(sys.argv[3]):
+    export_hf.export(src, os.path.join(out, name + "-" + dtype + ".pt"), dtype=dtype, quiet=True)
+`;
+  run(["-c", code, dir, name, JSON.stringify(dtypes)]);
+  return {
+    dir,
+    path: (dtype) => join(dir, `${name}-${dtype}.pt`),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}

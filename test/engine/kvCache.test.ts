@@ -1,0 +1,54 @@
+/**
+ * The KV cache takes the checkpoint's dtype: a bf16 or fp16 checkpoint caches keys and values
+ * in 16 bits on both runtimes (half the bytes per row of its float32 export), and the default
+ * stream limit (capacity()) counts rows of that size, so a 16-bit model admits twice the rows
+ * in the same SERVICE_KV_BUDGET_MB. Greedy agreement of the 16-bit caches with the reference
+ * is in test/native/llama.test.ts and TorchEngine-hf.test.ts.
+ */
+import { expect } from "chai";
+
+import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import { exportHfDtypes, type HfCheckpoints } from "../helpers/hfModels.js";
+
+const dtypes = ["float32", "bfloat16", "float16"] as const;
+
+describe("KV cache in the checkpoint's dtype", function () {
+  this.timeout(180_000);
+  let exported: HfCheckpoints;
+
+  before(() => {
+    exported = exportHfDtypes("llama-gqa", dtypes);
+  });
+  after(() => exported?.cleanup());
+
+  for (const runtime of ["native", "torchscript"] as const) {
+    it(`${runtime}: a 16-bit checkpoint's row of cache is half its float32 row, and capacity() doubles`, async () => {
+      const bytes: Record<string, number> = {};
+      const rows: Record<string, number> = {};
+      for (const dtype of dtypes) {
+        const engine = await TorchEngine.load(exported.path(dtype), { threads: 1, runtime });
+        try {
+          expect(engine.runtime).to.equal(runtime);
+          const raw = engine.config.raw as { n_layer: number; n_kv_head: number; head_dim: number };
+          const context = Math.ceil(engine.config.contextLength / 16) * 16;
+          const element = dtype === "float32" ? 4 : 2;
+          expect(engine.kvBytesPerRow, dtype).to.equal(2 * raw.n_layer * raw.n_kv_head * raw.head_dim * context * element);
+          bytes[dtype] = engine.kvBytesPerRow;
+        } finally {
+          await engine.dispose();
+        }
+        const sized = await TorchEngine.load(exported.path(dtype), { threads: 1, runtime, kvBudgetMb: 1 });
+        try {
+          rows[dtype] = sized.capacity().maxActiveRows;
+        } finally {
+          await sized.dispose();
+        }
+      }
+      expect(bytes.bfloat16! * 2).to.equal(bytes.float32);
+      expect(bytes.float16! * 2).to.equal(bytes.float32);
+      const float32Rows = Math.floor(2 ** 20 / bytes.float32!);
+      expect(float32Rows).to.be.within(8, 128);  // inside capacity()'s clamp, doubled too
+      expect(rows).to.deep.equal({ float32: float32Rows, bfloat16: 2 * float32Rows, float16: 2 * float32Rows });
+    });
+  }
+});
