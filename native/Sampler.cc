@@ -78,15 +78,19 @@ double KeepNucleus(std::vector<float>& weights, double total, double topP, std::
 // takes a fraction of a millisecond; dispatching a dozen ATen ops would cost a tenth of it).
 std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<SampleRow>& rows) {
   const at::Tensor logits = logitsIn.to(at::kCPU).to(at::kFloat).contiguous();
-  const int64_t count = logits.size(0);
+  const int64_t count = static_cast<int64_t>(rows.size());
   const int64_t vocab = logits.size(1);
   std::vector<SampledToken> out(count);
-  std::vector<float> weights(vocab);
+  // Kept between calls (a vocabulary's worth, every step): written before read.
+  thread_local std::vector<float> weights;
+  weights.resize(vocab);
   std::vector<float> sorted;
   std::vector<float> adjusted;
   std::vector<int32_t> order;
   for (int64_t r = 0; r < count; ++r) {
-    const float* raw = logits.data_ptr<float>() + r * vocab;
+    const int64_t source = rows[r].logitRow;
+    if (source < 0 || source >= logits.size(0)) throw CodedError(ErrorCode::kInference, "sampled row outside the logits");
+    const float* raw = logits.data_ptr<float>() + source * vocab;
     const SamplingSettings& p = *rows[r].settings;
     for (int64_t v = 0; v < vocab; ++v) {
       if (std::isnan(raw[v])) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
@@ -147,11 +151,23 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
 
 }  // namespace
 
-std::vector<SampledToken> SampleTokens(const at::Tensor& logitsIn, const std::vector<SampleRow>& params) {
-  bool cpu = logitsIn.is_cpu();
+std::vector<SampledToken> SampleTokens(const at::Tensor& logitsIn, std::vector<SampleRow> params) {
+  // On the CPU the rows are read where they are: an index_select per step copied them into a
+  // fresh tensor (a parallel copy and new pages every step, for one row of a batch-1 decode).
+  if (logitsIn.is_cpu()) return SampleOnCpu(logitsIn, params);
+  at::Tensor logits = logitsIn;
+  bool identity = logitsIn.size(0) == static_cast<int64_t>(params.size());
+  std::vector<int64_t> sources;
+  for (size_t r = 0; r < params.size(); ++r) {
+    identity = identity && params[r].logitRow == static_cast<int64_t>(r);
+    sources.push_back(params[r].logitRow);
+    params[r].logitRow = static_cast<int64_t>(r);
+  }
+  if (!identity) logits = logitsIn.index_select(0, Upload(at::tensor(sources, at::kLong), logitsIn.device()));
+  bool cpu = false;
   for (const SampleRow& row : params) cpu = cpu || row.settings->NeedsCpu();
-  if (cpu) return SampleOnCpu(logitsIn, params);
-  return SampleWithTensorOps(logitsIn, params);
+  if (cpu) return SampleOnCpu(logits, params);
+  return SampleWithTensorOps(logits, params);
 }
 
 std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<SampleRow>& params) {

@@ -63,6 +63,7 @@ struct SampleRow {
   const SamplingSettings* settings;
   RowRandom* random;
   const PenaltyState* penalties;  // null when the row is not penalised
+  int64_t logitRow;               // the row of the step's logits it samples from
 };
 
 struct SampledToken {
@@ -72,12 +73,13 @@ struct SampledToken {
   std::vector<float> topLogprobs;
 };
 
-// logits: [n, V] on any device. Returns one choice per row.
-std::vector<SampledToken> SampleTokens(const at::Tensor& logits, const std::vector<SampleRow>& rows);
+// logits: [slots, V] on any device, read at each row's logitRow (on the CPU in place, with no
+// copy; on a device the rows are gathered there first). Returns one choice per row.
+std::vector<SampledToken> SampleTokens(const at::Tensor& logits, std::vector<SampleRow> rows);
 
 // The path for logits on an accelerator (SampleTokens picks it): tensor ops only, one
 // device-to-host copy per call (the ids). Also runs on CPU tensors, so it can be checked
-// against the CPU path there.
+// against the CPU path there. Row r reads logits row r (logitRow is not looked at).
 // Rows whose settings NeedsCpu() are not for this path.
 std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logits, const std::vector<SampleRow>& rows);
 

@@ -186,18 +186,13 @@ void Scheduler::Step() {
   sampling.insert(sampling.end(), copies.begin(), copies.end());
   if (sampling.empty()) return;
   active = sampling;
-  std::vector<int64_t> logitRows;
   std::vector<SampleRow> sampleRows;
-  bool identity = static_cast<int64_t>(active.size()) == count;
   for (size_t i = 0; i < active.size(); ++i) {
     const Row& row = *slots_[active[i]];
     const size_t from = row.prefillFrom ? SlotOf(row.prefillFrom) : active[i];
-    identity = identity && from == i;
-    logitRows.push_back(static_cast<int64_t>(from));
-    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get()});
+    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get(), static_cast<int64_t>(from)});
   }
-  if (!identity) logits = logits.index_select(0, Upload(at::tensor(logitRows, at::kLong), logits.device()));
-  const std::vector<SampledToken> tokens = SampleTokens(logits, sampleRows);
+  const std::vector<SampledToken> tokens = SampleTokens(logits, std::move(sampleRows));
   for (size_t s : active) slots_[s]->prefillFrom = nullptr;
 
   for (size_t i = 0; i < active.size(); ++i) {
