@@ -10,11 +10,17 @@ namespace tsn {
 
 namespace {
 
-// Fewest token rows in a step for which the whole team is worth waking (measured on the
-// demo model, 2 threads: batch 1 ran at half the speed with the team, batch 8 at 1.4x).
+// A step of fewer rows than this is one the whole team is worth waking for only when its
+// matrices are large: then even one row is bound by memory bandwidth, which one core cannot
+// saturate (GPT-2 small bf16, batch 1 on 2 cores: 110 tok/s alone, 170-190 with the team).
+// For a small model the meetings at every phase cost more than the work (tiny-gpt, batch 1:
+// a hundred times slower with the team).
 constexpr int kTeamRows = 4;
+constexpr size_t kTeamLayerBytes = 1 << 20;
 
-int ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 8; }
+// Panels per chunk: pairs when many rows make each panel heavy; four (one pass of the
+// one-row kernel, which streams four panels at once) for a step of few rows.
+int ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 4; }
 
 }  // namespace
 
@@ -140,9 +146,7 @@ at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, co
         });
       },
       PhasesPerLayer() * layers_ + 1,
-      // A step of a row or two is over before a team could split it (waking the others and
-      // meeting at every phase cost more than the work): the inference thread runs it alone.
-      rows >= kTeamRows ? team_.size() : 1);
+      rows >= kTeamRows || LayerBytes() >= kTeamLayerBytes ? team_.size() : 1);
   if (!inPlace) {
     for (int j = 0; j < count; ++j) {
       std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last + static_cast<size_t>(j) * vocab_,

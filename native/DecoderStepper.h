@@ -65,11 +65,11 @@ class DecoderStepper : public Stepper {
   virtual void FinalNorm(const float* x, float* out) const = 0;
   // Phases a subclass's Layers runs, per layer (the head adds one).
   virtual int PhasesPerLayer() const = 0;
+  // Bytes of weights one layer streams per step (whether a small step wakes the team).
+  virtual size_t LayerBytes() const = 0;
 
   // Chunks of a matrix product (the unit a team member takes) in a step of `rows` rows, and
-  // the panel range of one chunk: pairs of 16-column panels when a team splits the step;
-  // eight panels when the inference thread runs it alone, which a one-row step streams four
-  // at once.
+  // the panel range of one chunk.
   static int Chunks(const PackedLinear& w, int rows);
   static std::pair<int, int> Columns(const PackedLinear& w, int chunk, int rows);
 

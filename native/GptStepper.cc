@@ -52,6 +52,11 @@ GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "
   DropWeights();
 }
 
+size_t GptStepper::LayerBytes() const {
+  const Layer& b = blocks_[0];
+  return b.qkv.bytes() + b.proj.bytes() + b.fc.bytes() + b.out.bytes();
+}
+
 void GptStepper::Reserve(int rows) {
   const size_t d = embd_;
   qkvOut_.Resize(rows * 3 * d);

@@ -27,6 +27,7 @@ class GptStepper : public DecoderStepper {
   void Layers(int member, int rows) override;
   void FinalNorm(const float* x, float* out) const override;
   int PhasesPerLayer() const override { return 5; }
+  size_t LayerBytes() const override;
 
   int heads_ = 0, headDim_ = 0;
   Epilogue gelu_ = Epilogue::GeluTanh;

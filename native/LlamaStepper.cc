@@ -95,6 +95,11 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   act_.resize(team_.size());
 }
 
+size_t LlamaStepper::LayerBytes() const {
+  const Layer& b = blocks_[0];
+  return b.qkv.bytes() + b.o.bytes() + b.gateUp.bytes() + b.down.bytes();
+}
+
 void LlamaStepper::Reserve(int rows) {
   qkvOut_.Resize(static_cast<size_t>(rows) * blocks_[0].qkv.n());
   attn_.Resize(static_cast<size_t>(rows) * heads_ * headDim_);

@@ -29,6 +29,7 @@ class LlamaStepper : public DecoderStepper {
   void Layers(int member, int rows) override;
   void FinalNorm(const float* x, float* out) const override;
   int PhasesPerLayer() const override { return 5; }
+  size_t LayerBytes() const override;
   // Hugging Face's inverse rotary frequencies for config.json's rope settings.
   at::Tensor InverseFrequencies(const ModelFields& fields) const;
   // Rotates one head's q or k (hd floats) to position p, in place.
