@@ -2,7 +2,7 @@
 // forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
 // call; rows may sit at different positions. Implementations: ScriptStepper (any
 // TorchScript checkpoint, any device) and the native CPU steppers that Runtime.cc registers
-// by architecture (GptStepper for "gpt").
+// by architecture (DecoderStepper's GptStepper for "gpt", LlamaStepper for "llama").
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,7 +21,7 @@ class Stepper {
   // Allocates a zeroed cache for `batch` rows.
   virtual void Begin(int64_t batch) = 0;
   // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [B,V] after each
-  // row's last fed token, on the model's device.
+  // row's last fed token, on the model's device (rows fed nothing hold anything).
   virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
   // True when any slot can start a new row at any step and idle slots cost nothing (rows at
   // different positions, lengths 0 for idle slots): the Scheduler then batches continuously.
