@@ -1,18 +1,20 @@
 /**
  * deploy/ on real parts: the committed nginx config (Debian nginx) in front of two replicas of
  * the real server entry sharing one redis-server, all on loopback. One rate limit across the
- * replicas, keyed by the address nginx saw; streams through the proxy intact and unbuffered;
+ * replicas, keyed by the address nginx saw; streams through the proxy intact and unbuffered
+ * (measured against nginx's buffering defaults as a control);
  * a replica drained with SIGTERM under load without a failed request.
  */
 import { expect } from "chai";
 import { existsSync } from "node:fs";
 
 import { ServerProcess } from "../e2e/serverProcess.js";
-import { fixture } from "../helpers/fixtures.js";
+import { join } from "node:path";
+import { repoRoot } from "../helpers/fixtures.js";
 import { parseExposition, valueOf } from "../helpers/metrics.js";
 import { startRedis, type RedisProcess } from "../helpers/redis.js";
 import { send } from "./client.js";
-import { NGINX, startNginx, type NginxProcess } from "./nginx.js";
+import { NGINX, startNginx, swap, type NginxProcess } from "./nginx.js";
 
 const BURST = 6;
 
@@ -27,12 +29,14 @@ describe("deployment: nginx, two replicas, one Redis (deploy/)", function () {
   let replicas: ServerProcess[] = [];
   let bases: { text: string; recsys: string }[] = [];
   let nginx: NginxProcess;
+  let ports: { text: number; recsys: number }[] = [];
 
   before(async function () {
     if (!existsSync(NGINX)) throw new Error(`${NGINX} is missing: run bash scripts/setup.sh --test`);
     redis = await startRedis();
     const env = {
-      SERVICE_CKPT: fixture("tiny-gpt.pt"),
+      // The demo model: it writes long streams (no early end), which the buffering check needs.
+      SERVICE_CKPT: join(repoRoot, "models", "brown-gpt.pt"),
       SERVICE_THREADS: "1",
       REDIS_URL: redis.url,
       TRUST_PROXY: "loopback",
@@ -42,7 +46,7 @@ describe("deployment: nginx, two replicas, one Redis (deploy/)", function () {
     };
     replicas = [new ServerProcess(env), new ServerProcess(env)];
     bases = await Promise.all(replicas.map((replica) => replica.ready()));
-    const ports = bases.map((base) => ({ text: Number(new URL(base.text).port), recsys: Number(new URL(base.recsys).port) }));
+    ports = bases.map((base) => ({ text: Number(new URL(base.text).port), recsys: Number(new URL(base.recsys).port) }));
     nginx = await startNginx([ports[0]!, ports[1]!]);
   });
 
@@ -91,6 +95,36 @@ describe("deployment: nginx, two replicas, one Redis (deploy/)", function () {
       expect(proxied.body.split("\n\n").filter(Boolean).length).to.be.greaterThan(10);
       expect(proxied.body.endsWith("data: [DONE]\n\n")).to.equal(true);
     }
+  });
+
+  it("streams are unbuffered through the shipped config without the app's X-Accel-Buffering; nginx's defaults, the control, are seen to buffer", async () => {
+    // A stream of 512 pieces of ~20 bytes. Passed on as they come, the client's socket
+    // delivers them in hundreds of reads (a few coalesce); held in nginx's 4 KiB buffers, in
+    // a handful. The line between is drawn at a tenth of the events, far from both.
+    const body = { prompt: "The house", max_new_tokens: 512, seed: 5 };
+    const direct = await send(Number(new URL(bases[0]!.text).port), "/generate/stream", { body, from: "127.0.0.5" });
+    const events = direct.body.split("\n\n").filter(Boolean).length;
+    expect(events).to.equal(513);
+    const ignoreHint = (site: string): string =>
+      swap(site, "proxy_buffering off;", "proxy_buffering off;\n        proxy_ignore_headers X-Accel-Buffering;");
+    // nginx's defaults for a location: HTTP/1.0 to the upstream (so no chunked framing) and
+    // buffering on; the app's hint ignored, as a proxy that does not know it would.
+    const defaults = (site: string): string =>
+      swap(site, "proxy_buffering off;", "proxy_buffering on;\n        proxy_http_version 1.0;\n        proxy_ignore_headers X-Accel-Buffering;");
+    const reads: Record<string, number> = {};
+    for (const [name, edit] of [["shipped", ignoreHint], ["defaults", defaults]] as const) {
+      const proxy = await startNginx([ports[0]!, ports[1]!], edit);
+      try {
+        const proxied = await send(proxy.textPort, "/generate/stream", { body, from: "127.0.0.6" });
+        expect(proxied.body, name).to.equal(direct.body);
+        reads[name] = proxied.reads.length;
+      } finally {
+        await proxy.stop();
+      }
+    }
+    console.log(`      ${events} events, ${direct.body.length} bytes: ${reads["shipped"]} reads through the shipped config, ${reads["defaults"]} through nginx's defaults`);
+    expect(reads["shipped"]).to.be.at.least(events / 10);
+    expect(reads["defaults"]).to.be.below(events / 10);
   });
 
   it("a replica drained with SIGTERM under load: no request fails, nginx moves to the other, the drained one exits 0", async () => {

@@ -26,12 +26,13 @@ export interface NginxProcess {
 }
 
 /** Replaces `from` (which must occur) with `to`: a config that drifted fails here, not later. */
-function swap(text: string, from: string, to: string): string {
+export function swap(text: string, from: string, to: string): string {
   if (!text.includes(from)) throw new Error(`${NGINX_SITE} no longer contains ${from}`);
   return text.split(from).join(to);
 }
 
-export async function startNginx(replicas: [Replica, Replica]): Promise<NginxProcess> {
+/** `edit`: a change to the shipped site before it runs (a test's variant of it). */
+export async function startNginx(replicas: [Replica, Replica], edit: (site: string) => string = (site) => site): Promise<NginxProcess> {
   const dir = mkdtempSync(join(tmpdir(), "torchserve-nginx-"));
   for (const sub of ["body", "proxy", "fastcgi", "uwsgi", "scgi"]) mkdirSync(join(dir, sub));
   const textPort = await freePort();
@@ -43,7 +44,7 @@ export async function startNginx(replicas: [Replica, Replica]): Promise<NginxPro
   site = swap(site, "127.0.0.1:8010", `127.0.0.1:${replicas[1].text}`);
   site = swap(site, "127.0.0.1:8001", `127.0.0.1:${replicas[0].recsys}`);
   site = swap(site, "127.0.0.1:8011", `127.0.0.1:${replicas[1].recsys}`);
-  writeFileSync(join(dir, "site.conf"), site);
+  writeFileSync(join(dir, "site.conf"), edit(site));
   // What Debian's /etc/nginx/nginx.conf provides around conf.d, pointed at the temp dir.
   writeFileSync(
     join(dir, "nginx.conf"),
