@@ -25,4 +25,4 @@ export TORCHSERVE_ADDON="$PWD/build-asan/Release/torchserve.node"
 # build-gyp/), not this one: left out.
 LD_PRELOAD="$asan $ubsan" npx mocha --no-config --timeout 300000 \
   --grep "addon builds|libtorch discovery" --invert \
-  'dist/test/native/**/*.test.js' dist/test/engine/TorchEngine.test.js "$@"
+  'dist/test/native/**/*.test.js' dist/test/engine/TorchEngine.test.js dist/test/engine/kvCache.test.js "$@"
