@@ -1,5 +1,7 @@
 """Random-weight models of real shapes for scripts/bench/vs-llamacpp.ts, each written as project
-checkpoints (float32 and bfloat16) and as GGUF (float32 and float16) with the same weights.
+checkpoints (float32 and bfloat16; gpt.py and llama.py, the models export_hf.py writes) and as
+GGUF (float32 and float16, by scripts/model/export_gguf.py --vocabulary ids) with the same
+weights.
 
     /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models]
 
@@ -21,10 +23,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "model"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gguf import write_gguf  # noqa: E402
+import export_gguf  # noqa: E402
 from gpt import GPT, GPTConfig  # noqa: E402
-from llama_fixture import Llama  # noqa: E402
+from llama import INTERFACE_VERSION, LlamaConfig, LlamaLM  # noqa: E402
 
 BYTE_TOKENIZER = {"kind": "byte", "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "add_bos": False}
 
@@ -35,15 +36,14 @@ def gpt2_small():
 
 
 def llama_135m():
-    cfg = dict(architecture="llama", vocab_size=49152, block_size=1024, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
-               intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0, qkv_bias=False,
-               tie_word_embeddings=True)
-    model = Llama(cfg)
+    cfg = LlamaConfig(vocab_size=49152, block_size=1024, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
+                      intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True)
+    model = LlamaLM(cfg)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
-    return model, cfg
+    return model, dict(architecture="llama", **cfg.to_dict())
 
 
 def write(out_dir: str, name: str, make) -> dict:
@@ -53,15 +53,15 @@ def write(out_dir: str, name: str, make) -> dict:
     torch.manual_seed(0)
     model, cfg = make()
     model.eval()
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    cfg = dict(cfg, format="torchserve-node/causal-lm", interface_version=1, tokenizer=BYTE_TOKENIZER)
+    cfg = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION, tokenizer=BYTE_TOKENIZER)
     for dtype, key in ((torch.float32, "f32.pt"), (torch.bfloat16, "bf16.pt")):
         config = dict(cfg, dtype="float32" if dtype == torch.float32 else "bfloat16")
         scripted = torch.jit.script(model.to(dtype))
         torch.jit.save(scripted, paths[key], _extra_files={"config.json": json.dumps(config)})
-    model.float()
-    write_gguf(paths["f32.gguf"], cfg, params, "float32")
-    write_gguf(paths["f16.gguf"], cfg, params, "float16")
+    # The GGUF files hold the float32 checkpoint's weights (f16 rounded from them); the
+    # benchmark feeds token ids, so a placeholder vocabulary stands in for a tokenizer.
+    for key, dtype in (("f32.gguf", "f32"), ("f16.gguf", "f16")):
+        export_gguf.export(paths["f32.pt"], paths[key], dtype, quiet=True, vocabulary="ids")
     return paths
 
 

@@ -2,7 +2,7 @@
  * This engine's native CPU runtime against llama.cpp (through node-llama-cpp's prebuilt CPU
  * binaries), side by side in one run, on random-weight models of real shapes with the same
  * weights in both (scripts/bench/make_bench_models.py: project checkpoints, and GGUF written
- * by scripts/bench/bench_gguf.py):
+ * by scripts/model/export_gguf.py --vocabulary ids):
  *   - GPT-2 small (124M) and a Llama of SmolLM-135M's shape (GQA 9/3 heads, SwiGLU, 30 layers);
  *   - float32 against llama.cpp f32, and our bf16 against llama.cpp f16 (its 16-bit CPU type);
  *   - decode tokens/s at batch 1, 4 and 16 with 1 and 2 threads (all rows in one forward per

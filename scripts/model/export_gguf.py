@@ -1,7 +1,7 @@
 """Write the weights of a serving checkpoint (architecture "llama" or "gpt") as GGUF, the file
 format of llama.cpp, so both engines can be run on the same weights.
 
-    /usr/bin/python3 scripts/model/export_gguf.py CKPT.pt OUT.gguf [--dtype f32|f16]
+    /usr/bin/python3 scripts/model/export_gguf.py CKPT.pt OUT.gguf [--dtype f32|f16] [--vocabulary tokenizer|ids]
 
 GGUF v3 (llama.cpp's gguf-py is not installed here, so the format is written directly):
 "GGUF", version 3, tensor count, metadata count, the metadata key/values, the tensor infos
@@ -23,6 +23,12 @@ llama.cpp requires). Tokenizer metadata: byte-level BPE as tokenizer.ggml.model 
 token types, merges, pre-tokenizer "gpt-2"); SentencePiece-style BPE (byte fallback) as
 "llama" (tokens, scores = minus the merge rank that makes each token, token types); the byte
 tokenizer of the demo model has no GGUF equivalent and is refused.
+
+--vocabulary ids writes a placeholder vocabulary instead of the checkpoint's tokenizer, for
+models driven by token ids only (the random-weight models of scripts/bench/): a
+SentencePiece-style "llama" vocabulary of the model's size, <unk> <s> </s> (ids 0-2, </s> the
+end of generation), the 256 byte tokens, then tok_N. Any checkpoint can be written this way,
+the demo model's byte tokenizer included.
 """
 
 import argparse
@@ -283,6 +289,25 @@ def tokenizer_metadata(tok: dict, entry: dict, vocab_size: int, pre: Optional[st
     return md
 
 
+def placeholder_metadata(vocab_size: int) -> Dict[str, object]:
+    """--vocabulary ids: tokens that only name ids, for models fed token ids (no text)."""
+    if vocab_size < 259:
+        raise GgufError(f"vocab_size {vocab_size}: a placeholder vocabulary needs at least 259 "
+                        "ids (<unk>, <s>, </s> and the 256 byte tokens)")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"tok_{i}" for i in range(len(tokens), vocab_size)]
+    types = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [NORMAL] * (vocab_size - 259)
+    return {"tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.scores": ("f32[]", [-float(i) for i in range(vocab_size)]),
+            "tokenizer.ggml.token_type": ("i32[]", types),
+            "tokenizer.ggml.unknown_token_id": 0,
+            "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.eos_token_id": 2,
+            "tokenizer.ggml.add_bos_token": False,
+            "tokenizer.ggml.add_eos_token": False}
+
+
 def _guess_pre(tok: dict) -> str:
     pre = tok.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
@@ -294,9 +319,11 @@ def _guess_pre(tok: dict) -> str:
 # ----------------------------------------------------------------------------- export
 
 def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
-           quiet: bool = False) -> dict:
+           quiet: bool = False, vocabulary: str = "tokenizer") -> dict:
     if dtype not in ("f32", "f16"):
         raise GgufError(f"--dtype {dtype!r}: f32 or f16")
+    if vocabulary not in ("tokenizer", "ids"):
+        raise GgufError(f"--vocabulary {vocabulary!r}: tokenizer or ids")
     extra = {"config.json": "", "tokenizer.json": ""}
     module = torch.jit.load(ckpt, map_location="cpu", _extra_files=extra)
     if not extra["config.json"]:
@@ -306,10 +333,10 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
     sd = {k: v.detach() for k, v in module.named_parameters()}
     f16 = dtype == "f16"
     tok_entry = cfg["tokenizer"]
-    if tok_entry.get("kind") != "huggingface" or not extra["tokenizer.json"]:
+    if vocabulary == "tokenizer" and (tok_entry.get("kind") != "huggingface" or not extra["tokenizer.json"]):
         raise GgufError(f"{ckpt}: the {tok_entry.get('kind')!r} tokenizer has no GGUF form; "
-                        "only checkpoints carrying a Hugging Face tokenizer.json are written")
-    tok = json.loads(extra["tokenizer.json"])
+                        "only checkpoints carrying a Hugging Face tokenizer.json are written "
+                        "(--vocabulary ids writes a placeholder vocabulary for id-only use)")
     name = cfg.get("model_name") or os.path.splitext(os.path.basename(ckpt))[0]
     md: Dict[str, object] = {}
     if arch == "llama":
@@ -330,7 +357,10 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
         tensors = gpt_tensors(sd, cfg, f16)
     else:
         raise GgufError(f"architecture {arch!r}: only 'llama' and 'gpt' are written")
-    md.update(tokenizer_metadata(tok, tok_entry, cfg["vocab_size"], pre))
+    if vocabulary == "ids":
+        md.update(placeholder_metadata(cfg["vocab_size"]))
+    else:
+        md.update(tokenizer_metadata(json.loads(extra["tokenizer.json"]), tok_entry, cfg["vocab_size"], pre))
     write_gguf(out, md, tensors)
     if not quiet:
         print(f"wrote {out}: {md['general.architecture']} {dtype}, {len(tensors)} tensors, "
@@ -345,9 +375,12 @@ def main(argv=None):
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16"])
     ap.add_argument("--pre", help="llama.cpp pre-tokenizer name for byte-level BPE "
                                   "(default: 'gpt-2' when the tokenizer uses GPT-2's regex)")
+    ap.add_argument("--vocabulary", default="tokenizer", choices=["tokenizer", "ids"],
+                    help="the checkpoint's tokenizer (default), or a placeholder vocabulary "
+                         "for models fed token ids only")
     args = ap.parse_args(argv)
     try:
-        export(args.checkpoint, args.out, args.dtype, args.pre)
+        export(args.checkpoint, args.out, args.dtype, args.pre, vocabulary=args.vocabulary)
     except (GgufError, OSError, KeyError) as e:
         print(f"export failed: {e}", file=sys.stderr)
         return 1

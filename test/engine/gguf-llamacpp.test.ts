@@ -31,6 +31,41 @@ interface LlamaCppResult {
   tokens: number[][];
 }
 
+/** llama.cpp's greedy continuations of PROMPTS for each GGUF (scripts/model/llamacpp_greedy.mjs, its own process). */
+function llamaCppGreedy(dir: string, names: readonly string[], texts: readonly string[]): LlamaCppResult[] {
+  const jobs = names.map((name) => ({ gguf: join(dir, `${name}.gguf`), prompts: PROMPTS, maxNewTokens: MAX_NEW, texts }));
+  const jobsFile = join(dir, "jobs.json");
+  writeFileSync(jobsFile, JSON.stringify(jobs));
+  const result = spawnSync(process.execPath, [join(repoRoot, "scripts", "model", "llamacpp_greedy.mjs"), jobsFile], {
+    cwd: repoRoot,
+    encoding: "utf8",
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  expect(result.status, `${result.stdout}\n${result.stderr}`).to.equal(0);
+  return JSON.parse(result.stdout.trim().split("\n").pop()!) as LlamaCppResult[];
+}
+
+/**
+ * llama.cpp's tokens equal the reference's up to the first near-tie (or the first `stopAt`
+ * id, where llama.cpp ends and the reference need not), and at least 30 per model are compared.
+ */
+function expectSameGreedy(fixtures: HfCheckpoints, names: readonly string[], llamaCpp: LlamaCppResult[], stopAt?: number): void {
+  const reference = referenceGreedy(names.map((name) => ({ checkpoint: fixtures.path(name), prompts: PROMPTS, maxNewTokens: MAX_NEW })));
+  names.forEach((name, i) => {
+    let compared = 0;
+    PROMPTS.forEach((prompt, p) => {
+      const ref = reference[i]![p]!;
+      let k = ref.margins.findIndex((m) => m < MIN_MARGIN);
+      if (k < 0) k = ref.output_ids.length;
+      const stop = stopAt === undefined ? -1 : ref.output_ids.indexOf(stopAt);
+      if (stop >= 0) k = Math.min(k, stop);
+      expect(llamaCpp[i]!.outputs[p]!.slice(0, k), `${name} prompt ${prompt.slice(0, 4)}`).to.deep.equal(ref.output_ids.slice(0, k));
+      compared += k;
+    });
+    expect(compared, `${name}: tokens compared`).to.be.at.least(30);
+  });
+}
+
 describe("export_gguf.py: llama.cpp runs the same weights", function () {
   this.timeout(180000);
   let fixtures: HfCheckpoints;
@@ -38,32 +73,12 @@ describe("export_gguf.py: llama.cpp runs the same weights", function () {
 
   before(() => {
     fixtures = exportGgufFixtures(NAMES);
-    const jobs = NAMES.map((name) => ({ gguf: join(fixtures.dir, `${name}.gguf`), prompts: PROMPTS, maxNewTokens: MAX_NEW, texts: TEXTS }));
-    const jobsFile = join(fixtures.dir, "jobs.json");
-    writeFileSync(jobsFile, JSON.stringify(jobs));
-    const result = spawnSync(process.execPath, [join(repoRoot, "scripts", "model", "llamacpp_greedy.mjs"), jobsFile], {
-      cwd: repoRoot,
-      encoding: "utf8",
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    expect(result.status, `${result.stdout}\n${result.stderr}`).to.equal(0);
-    llamaCpp = JSON.parse(result.stdout.trim().split("\n").pop()!) as LlamaCppResult[];
+    llamaCpp = llamaCppGreedy(fixtures.dir, NAMES, TEXTS);
   });
   after(() => fixtures?.cleanup());
 
   it("greedy tokens through llama.cpp equal the reference loop's on every model", () => {
-    const reference = referenceGreedy(NAMES.map((name) => ({ checkpoint: fixtures.path(name), prompts: PROMPTS, maxNewTokens: MAX_NEW })));
-    NAMES.forEach((name, i) => {
-      let compared = 0;
-      PROMPTS.forEach((prompt, p) => {
-        const ref = reference[i]![p]!;
-        let k = ref.margins.findIndex((m) => m < MIN_MARGIN);
-        if (k < 0) k = ref.output_ids.length;
-        expect(llamaCpp[i]!.outputs[p]!.slice(0, k), `${name} prompt ${prompt.slice(0, 4)}`).to.deep.equal(ref.output_ids.slice(0, k));
-        compared += k;
-      });
-      expect(compared, `${name}: tokens compared`).to.be.at.least(30);
-    });
+    expectSameGreedy(fixtures, NAMES, llamaCpp);
   });
 
   it("llama.cpp tokenizes text as the project's tokenizer does (byte-level BPE and SentencePiece)", () => {
@@ -73,5 +88,21 @@ describe("export_gguf.py: llama.cpp runs the same weights", function () {
         expect(llamaCpp[i]!.tokens[t], `${name} ${JSON.stringify(text)}`).to.deep.equal(tokenizer.encode(text));
       });
     });
+  });
+});
+
+describe("export_gguf.py --vocabulary ids: a placeholder vocabulary for models fed token ids", function () {
+  this.timeout(180000);
+  // Both architectures the benchmark writes this way (scripts/bench/make_bench_models.py).
+  const names = ["llama-gqa", "gpt2"];
+  let fixtures: HfCheckpoints;
+
+  before(() => {
+    fixtures = exportGgufFixtures(names, "ids");
+  });
+  after(() => fixtures?.cleanup());
+
+  it("llama.cpp loads it and generates the reference loop's greedy tokens (</s>, id 2, ends its run)", () => {
+    expectSameGreedy(fixtures, names, llamaCppGreedy(fixtures.dir, names, []), 2);
   });
 });

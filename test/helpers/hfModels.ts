@@ -101,8 +101,9 @@ export_gpt.write_sha256(out)
 /**
  * The fixtures exported to float32 checkpoints and from those to GGUF f32
  * (scripts/model/export_gguf.py), in one Python process: `${name}.pt` and `${name}.gguf`.
+ * `vocabulary`: export_gguf.py's --vocabulary (the checkpoint's tokenizer, or placeholder ids).
  */
-export function exportGgufFixtures(names: readonly string[]): HfCheckpoints {
+export function exportGgufFixtures(names: readonly string[], vocabulary: "tokenizer" | "ids" = "tokenizer"): HfCheckpoints {
   const dir = mkdtempSync(join(tmpdir(), "gguf-fixtures-"));
   const code = `
 import json, os, sys
@@ -112,9 +113,9 @@ out = sys.argv[1]
 for name in json.loads(sys.argv[2]):
     src = make_hf_fixture.make(name, out)
     export_hf.export(src, os.path.join(out, name + ".pt"), dtype="float32", quiet=True)
-    export_gguf.export(os.path.join(out, name + ".pt"), os.path.join(out, name + ".gguf"), quiet=True)
+    export_gguf.export(os.path.join(out, name + ".pt"), os.path.join(out, name + ".gguf"), quiet=True, vocabulary=sys.argv[3])
 `;
-  run(["-c", code, dir, JSON.stringify(names)]);
+  run(["-c", code, dir, JSON.stringify(names), vocabulary]);
   return {
     dir,
     path: (name) => join(dir, `${name}.pt`),
