@@ -35,7 +35,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import torch
 
@@ -306,6 +306,7 @@ def native_gpt16(out_dir: str, name: str, dtype: str) -> dict:
         cache = torch.zeros(reference.cache_shape(1), dtype=torch.float32)
         logits, _ = reference(torch.tensor([seq]), torch.tensor([0]), torch.tensor([len(seq)]), cache)
         return logits[0]
+
     return dict(file=path, dtype=dtype, architecture="gpt", cases=_cases(logits_of))
 
 
