@@ -1,6 +1,7 @@
 """Tiny random-weight models in Hugging Face layout, as a user downloads them, for tests.
 
     /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR [--only NAME ...] [--export]
+    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR --native-set
 
 Writes OUT_DIR/NAME/ with config.json (architectures, torch_dtype, ...), safetensors weights
 (sharded with model.safetensors.index.json where noted), tokenizer.json,
@@ -20,18 +21,27 @@ CPU, then rounded).
               BPE with <|im_start|>/<|im_end|>, no bos, chat template, F32, one file
   mistral     MistralForCausalLM, sliding_window null, untied, SentencePiece-style, F16
   gpt2        GPT2LMHeadModel (keys without "transformer.", as openai-community/gpt2), F32
+
+--native-set writes the native runtime's test set instead (test/native/llama.test.ts): the
+NATIVE_SPECS directories, each exported to OUT_DIR/NAME.pt, with weights drawn larger
+("gain") so that greedy choices are decisive; the committed tiny GPT fixture rounded to bf16
+and fp16 (gpt-bf16, gpt-fp16); and OUT_DIR/reference.json: for each checkpoint, greedy
+continuations of a few byte-id prompts by the plain uncached float32 forward (hf_reference.py
+on the rounded weights; the GPT's own forward for the GPT) with the margin between the best
+and second-best logit and the largest |logit| at every step.
 """
 
 import argparse
 import json
 import os
 import sys
-from typing import Dict
+from typing import Dict, List, Optional
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import hf_reference  # noqa: E402
 import hf_tokenizer  # noqa: E402
 from safetensors_io import save_file, save_sharded  # noqa: E402
 
@@ -67,6 +77,23 @@ SPECS = {
                  dtype="float32", shards=1, ctx=128),
 }
 
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 16}
+# The native runtime's test set: byte-sized vocabulary (259 rows, the prompts are UTF-8 byte
+# ids), 64 positions, every projection drawn with std gain / sqrt(fan_in).
+NATIVE_BASE = dict(arch="LlamaForCausalLM", tokenizer="spm-bytes", layers=2, hidden=64, heads=4, kv=2,
+                   inter=160, tied=False, dtype="float32", shards=1, ctx=64, rope_theta=10000.0,
+                   vocab=259, gain=1.5)
+NATIVE_SPECS = {
+    "llama-gqa": NATIVE_BASE,
+    "qwen-bias-tied": dict(NATIVE_BASE, arch="Qwen2ForCausalLM", tied=True, kv=1, rope_theta=1000000.0),
+    "llama3-scaled": dict(NATIVE_BASE, rope_theta=500000.0, rope_scaling=LLAMA3_SCALING, kv=4),
+    "llama-gqa-bf16": dict(NATIVE_BASE, dtype="bfloat16"),
+    "llama-gqa-fp16": dict(NATIVE_BASE, dtype="float16"),
+}
+NATIVE_PROMPTS = ["Hello, world!", "The quick brown fox", "a"]
+NATIVE_NEW_TOKENS = 20
+
 
 def tokenizer_files(kind: str):
     """(tokenizer.json, tokenizer_config.json, generation eos ids, config bos/eos)."""
@@ -76,6 +103,13 @@ def tokenizer_files(kind: str):
               "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
               "chat_template": LLAMA2_TEMPLATE, "tokenizer_class": "LlamaTokenizer",
               "legacy": True, "model_max_length": 1000000000000000019884624838656}
+        return tok, tc, [2], 1, 2
+    if kind == "spm-bytes":   # only <unk>, <s>, </s> and the 256 byte-fallback tokens
+        tok = hf_tokenizer.tiny_sentencepiece(0)
+        tok["model"]["vocab"] = {t: i for t, i in tok["model"]["vocab"].items() if i < 259}
+        tok["model"]["merges"] = []
+        tc = {"add_bos_token": False, "add_eos_token": False, "bos_token": "<s>",
+              "eos_token": "</s>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"}
         return tok, tc, [2], 1, 2
     if kind == "llama3":
         specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
@@ -126,23 +160,28 @@ def llama_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch
     # Tied heads score the residual against the embeddings: with the layers' outputs as
     # small as the embedding, greedy would just repeat the last token. Larger output
     # projections make the continuations depend on the context.
-    out_gain = 4.0 if spec["tied"] else 1.0
+    # A "gain" (the native set) scales every projection, the head included, and the biases, so
+    # that a random model's next-token choice is decisive (logits spread over several units),
+    # not a near-tie that rounding could flip.
+    gain = spec.get("gain", 1.0)
+    out_gain = 4.0 if spec["tied"] and "gain" not in spec else gain
+    bias_std = 0.5 if "gain" in spec else 0.3
     sd = {"model.embed_tokens.weight": _randn(g, vocab, D, std=1.0)}
     for i in range(spec["layers"]):
         p = f"model.layers.{i}."
         sd[p + "input_layernorm.weight"] = 1.0 + _randn(g, D, std=0.1)
         sd[p + "post_attention_layernorm.weight"] = 1.0 + _randn(g, D, std=0.1)
         for name, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
-            sd[f"{p}self_attn.{name}_proj.weight"] = _randn(g, rows, D, std=D ** -0.5)
+            sd[f"{p}self_attn.{name}_proj.weight"] = _randn(g, rows, D, std=gain * D ** -0.5)
             if qwen:
-                sd[f"{p}self_attn.{name}_proj.bias"] = _randn(g, rows, std=0.3)
+                sd[f"{p}self_attn.{name}_proj.bias"] = _randn(g, rows, std=bias_std)
         sd[p + "self_attn.o_proj.weight"] = _randn(g, D, H * hd, std=out_gain * (H * hd) ** -0.5)
-        sd[p + "mlp.gate_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
-        sd[p + "mlp.up_proj.weight"] = _randn(g, I, D, std=D ** -0.5)
+        sd[p + "mlp.gate_proj.weight"] = _randn(g, I, D, std=gain * D ** -0.5)
+        sd[p + "mlp.up_proj.weight"] = _randn(g, I, D, std=gain * D ** -0.5)
         sd[p + "mlp.down_proj.weight"] = _randn(g, D, I, std=out_gain * I ** -0.5)
     sd["model.norm.weight"] = 1.0 + _randn(g, D, std=0.1)
     if not spec["tied"]:
-        sd["lm_head.weight"] = _randn(g, vocab, D, std=0.5)
+        sd["lm_head.weight"] = _randn(g, vocab, D, std=gain * D ** -0.5 if "gain" in spec else 0.5)
     return sd
 
 
@@ -164,12 +203,13 @@ def gpt2_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch.
     return sd
 
 
-def make(name: str, out_dir: str) -> str:
-    spec = SPECS[name]
+def make(name: str, out_dir: str, spec: Optional[dict] = None) -> str:
+    spec = spec or SPECS[name]
     path = os.path.join(out_dir, name)
     os.makedirs(path, exist_ok=True)
     tok, tc, gen_eos, bos, eos = tokenizer_files(spec["tokenizer"])
-    vocab = hf_tokenizer.max_token_id(tok) + 1 + 3   # a few rows more than tokens, as real models have
+    # A few rows more than tokens, as real models have, unless the spec says.
+    vocab = spec.get("vocab", hf_tokenizer.max_token_id(tok) + 1 + 3)
     g = torch.Generator().manual_seed(sum(map(ord, name)))
     dtype = getattr(torch, spec["dtype"])
     if spec["arch"] == "GPT2LMHeadModel":
@@ -215,12 +255,82 @@ def make(name: str, out_dir: str) -> str:
     return path
 
 
+def _cases(logits_of) -> List[dict]:
+    """Greedy continuations of NATIVE_PROMPTS (UTF-8 byte ids), uncached, with each step's
+    top-1 minus top-2 margin and largest |logit|; logits_of(ids) -> last position's logits."""
+    cases = []
+    for prompt in NATIVE_PROMPTS:
+        ids = list(prompt.encode("utf-8"))
+        seq, out, margins, scales = list(ids), [], [], []
+        for _ in range(NATIVE_NEW_TOKENS):
+            logits = logits_of(seq)
+            top = logits.topk(2)
+            out.append(int(top.indices[0]))
+            margins.append(float(top.values[0] - top.values[1]))
+            scales.append(float(logits.abs().max()))
+            seq.append(out[-1])
+        cases.append(dict(prompt=prompt, prompt_ids=ids, output_ids=out, margins=margins, scales=scales))
+    return cases
+
+
+@torch.no_grad()
+def native_llama(name: str, out_dir: str) -> dict:
+    """NATIVE_SPECS[name] in Hugging Face layout, exported by export_hf.py; the reference is
+    hf_reference.py in float32 on the weights as stored."""
+    import export_hf
+    from safetensors_io import load_model_dir
+    spec = NATIVE_SPECS[name]
+    path = make(name, out_dir, spec)
+    export_hf.export(path, path + ".pt", quiet=True)
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    sd = load_model_dir(path)
+    cases = _cases(lambda seq: hf_reference.hf_logits(cfg, sd, torch.tensor([seq]), torch.float32)[0, -1])
+    return dict(file=path + ".pt", dtype=spec["dtype"], architecture="llama", cases=cases)
+
+
+@torch.no_grad()
+def native_gpt16(out_dir: str, name: str, dtype: str) -> dict:
+    """test/fixtures/tiny-gpt.pt with its weights rounded to a 16-bit dtype; the reference is
+    its own forward in float32 on the rounded weights."""
+    source = os.path.join(HERE, "..", "..", "test", "fixtures", "tiny-gpt.pt")
+    files = {"config.json": ""}
+    model = torch.jit.load(source, map_location="cpu", _extra_files=files)
+    config = dict(json.loads(files["config.json"]), dtype=dtype)
+    model = model.to(getattr(torch, dtype))
+    path = os.path.join(out_dir, name + ".pt")
+    torch.jit.save(model, path, _extra_files={"config.json": json.dumps(config, indent=2)})
+    reference = model.float()
+
+    def logits_of(seq: List[int]) -> torch.Tensor:
+        cache = torch.zeros(reference.cache_shape(1), dtype=torch.float32)
+        logits, _ = reference(torch.tensor([seq]), torch.tensor([0]), torch.tensor([len(seq)]), cache)
+        return logits[0]
+
+    return dict(file=path, dtype=dtype, architecture="gpt", cases=_cases(logits_of))
+
+
+def native_set(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    torch.set_num_threads(1)
+    result = {name: native_llama(name, out_dir) for name in NATIVE_SPECS}
+    result["gpt-bf16"] = native_gpt16(out_dir, "gpt-bf16", "bfloat16")
+    result["gpt-fp16"] = native_gpt16(out_dir, "gpt-fp16", "float16")
+    with open(os.path.join(out_dir, "reference.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="tiny Hugging Face model directories for tests")
     ap.add_argument("out_dir")
     ap.add_argument("--only", action="append", choices=sorted(SPECS))
     ap.add_argument("--export", action="store_true", help="also export each to OUT_DIR/NAME.pt")
+    ap.add_argument("--native-set", action="store_true",
+                    help="write the native runtime's test checkpoints and OUT_DIR/reference.json")
     args = ap.parse_args(argv)
+    if args.native_set:
+        native_set(args.out_dir)
+        return 0
     for name in args.only or sorted(SPECS):
         path = make(name, args.out_dir)
         print(path)

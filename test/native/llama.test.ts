@@ -1,8 +1,10 @@
 /**
- * The "llama" architecture on tiny random-weight checkpoints (scripts/model/llama_fixture.py:
- * grouped-query attention, q/k/v biases with a tied head, Llama 3.1 rope scaling, bf16 and fp16
- * weights) and the "gpt" fixture rounded to bf16 and fp16, on the native runtime under every kernel family this CPU runs and on the TorchScript
- * runtime: greedy continuations agree with the Python reference (an uncached float32 forward),
+ * The "llama" architecture on tiny random-weight checkpoints (scripts/model/make_hf_fixture.py
+ * --native-set: Hugging Face directories exported by export_hf.py, with grouped-query attention,
+ * q/k/v biases with a tied head, Llama 3.1 rope scaling, bf16 and fp16 weights) and the "gpt"
+ * fixture rounded to bf16 and fp16, on the native runtime under every kernel family this CPU
+ * runs and on the TorchScript runtime: greedy continuations agree with the Python reference
+ * (hf_reference.py's uncached float32 forward; the GPT's own forward for the GPT),
  * a batch gives each row what it gets alone, and streamed tokens are the batch's.
  *
  * Agreement: outputs equal the reference token for token, except that they may part at a step
@@ -71,9 +73,11 @@ describe("llama and 16-bit checkpoints", function () {
   before(function () {
     this.timeout(120000);
     dir = mkdtempSync(join(tmpdir(), "tsn-llama-"));
-    const made = spawnSync("/usr/bin/python3", [join(repoRoot, "scripts", "model", "llama_fixture.py"), dir], {
-      encoding: "utf8",
-    });
+    const made = spawnSync(
+      "/usr/bin/python3",
+      [join(repoRoot, "scripts", "model", "make_hf_fixture.py"), dir, "--native-set"],
+      { encoding: "utf8" },
+    );
     expect(made.status, made.stderr).to.equal(0);
     reference = JSON.parse(readFileSync(join(dir, "reference.json"), "utf8")) as typeof reference;
   });
