@@ -210,16 +210,22 @@ export class TorchEngine implements TextGenerationEngine {
     if (requests.some((request) => request.stop && request.stop.length > 0)) {
       return (await this.complete(requests)).map((completion) => completion.choices[0]!.text);
     }
-    const rows = requests.map((request) => this.rows(request, 0)[0]!);
+    // A request whose signal has already aborted is not run at all: the addon starts a job the
+    // moment generate() is called, so a cancel sent right after it can land several steps late.
+    const live = requests.flatMap((request, index) => (request.signal?.aborted ? [] : [index]));
+    const texts = requests.map(() => "");
+    if (live.length === 0) return texts;
+    const rows = live.map((index) => this.rows(requests[index]!, 0)[0]!);
     const generation = this.model.generate(rows, null);
-    // A request whose client went away stops at the next step; the others go on.
-    const detach = requests.map((request, index) => onAbort(request.signal, () => generation.cancel(index)));
+    // A request whose client goes away stops at the next step; the others go on.
+    const detach = live.map((index, row) => onAbort(requests[index]!.signal, () => generation.cancel(row)));
     try {
       const outputs = await generation.result;
-      return outputs.map((ids, index) => {
+      outputs.forEach((ids, row) => {
         this.counts.generatedTokens += ids.length;
-        return this.tokenizer.decode(Array.from(ids), Array.from(rows[index]!.tokens));
+        texts[live[row]!] = this.tokenizer.decode(Array.from(ids), Array.from(rows[row]!.tokens));
       });
+      return texts;
     } catch (err) {
       throw asServingError(err, "ERR_INFERENCE");
     } finally {
@@ -348,6 +354,8 @@ export class TorchEngine implements TextGenerationEngine {
     const promptTokens: number[] = [];
     for (const request of requests) {
       const mine = this.rows(request, rows.length);
+      // Already aborted: at most one token (generate() starts the job before a cancel can land).
+      if (request.signal?.aborted) for (const row of mine) row.maxNewTokens = 1;
       rowsOf.push(mine.map((_row, i) => rows.length + i));
       promptTokens.push(mine[0]!.tokens.length);
       rows.push(...mine);
