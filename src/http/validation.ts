@@ -122,8 +122,23 @@ export function check<T>(validate: ValidateFunction, data: unknown, where: Locat
 
 function tryCheck<T>(validate: ValidateFunction, data: unknown, where: Location, issues: ValidationIssue[]): T | undefined {
   if (validate(data)) return data as T;
-  issues.push(...(validate.errors ?? []).map((error) => toIssue(error, where)));
+  issues.push(...relevant(validate.errors ?? []).map((error) => toIssue(error, where)));
   return undefined;
+}
+
+/** A branch of "this or null" (anyOf/oneOf with a null alternative): not what the client got wrong. */
+const isAlternativeNoise = (error: ErrorObject): boolean =>
+  error.keyword === "anyOf" || error.keyword === "oneOf" || (error.keyword === "type" && error.params["type"] === "null");
+
+/**
+ * ajv reports every alternative of an anyOf/oneOf that failed, then the anyOf itself: for
+ * `max_tokens: -4` against "integer >= 1, or null", "should be >= 1; should be null; must match a
+ * schema in anyOf". Where a value has a specific complaint, only that is reported (as FastAPI
+ * does for an optional field); a value with nothing but those is reported as it is.
+ */
+function relevant(errors: readonly ErrorObject[]): ErrorObject[] {
+  const specific = new Set(errors.filter((error) => !isAlternativeNoise(error)).map((error) => error.instancePath));
+  return errors.filter((error) => !(isAlternativeNoise(error) && specific.has(error.instancePath)));
 }
 
 const TYPE_WORDS: Record<string, [words: string, kind: string]> = {

@@ -120,6 +120,18 @@ describe("OpenAI-compatible routes (hand-written engines)", function () {
     expect(error.param).to.equal("messages.0.role");
   });
 
+  it("a 400 for a nullable field says what the value should be, once", async () => {
+    const running = await start(createApp(new BatchEngine({ auto: true }), { modelName: "m" }));
+    const bad = await postJson(running.base, "/v1/completions", { model: "m", prompt: "x", max_tokens: -4 });
+    expect(bad.status).to.equal(400);
+    const { error } = (await bad.json()) as { error: { param: string; message: string; code: string } };
+    expect(error).to.deep.include({
+      param: "max_tokens",
+      code: "greater_than_equal",
+      message: "body.max_tokens: Input should be greater than or equal to 1",
+    });
+  });
+
   it("API keys guard both apps but /health and /metrics; the project's 401 shape off /v1", async () => {
     const text = await start(createApp(new BatchEngine({ auto: true }), { apiKeys: ["s3cret"] }));
     const recsys = await start(createRecsysApp({ recommend: () => ({ items: [1], fallback: false }) }, { apiKeys: ["s3cret"] }));

@@ -132,6 +132,16 @@ for (const path of ["/generate", "/generate/stream"]) {
       for (const issue of json.detail) expect(issue.msg).to.be.a("string").and.not.empty;
     });
 
+    it("a field with alternatives reports what each alternative needs, not ajv's oneOf bookkeeping or its null branch", async () => {
+      const response = await postJson(running.base, path, { prompt: "hi", stop: 5 });
+      expect(response.status).to.equal(422);
+      const json = (await response.json()) as ValidationBody;
+      expect(json.detail.map((d) => [d.loc.join("."), d.type])).to.deep.equal([
+        ["body.stop", "string_type"],
+        ["body.stop", "list_type"],
+      ]);
+    });
+
     it("applies the defaults and passes camelCase fields to the engine", async () => {
       const response = await postJson(running.base, path, { prompt: "hi" });
       expect(response.status).to.equal(200);
