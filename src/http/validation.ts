@@ -126,7 +126,7 @@ function tryCheck<T>(validate: ValidateFunction, data: unknown, where: Location,
   return undefined;
 }
 
-/** A branch of "this or null" (anyOf/oneOf with a null alternative): not what the client got wrong. */
+/** ajv's anyOf/oneOf summary, or the failed null alternative of one: not what the client got wrong. */
 const isAlternativeNoise = (error: ErrorObject): boolean =>
   error.keyword === "anyOf" || error.keyword === "oneOf" || (error.keyword === "type" && error.params["type"] === "null");
 
