@@ -17,8 +17,17 @@
 // function: inlined into one large function, GCC stops keeping the accumulators in registers.
 // avx512_bf16 differs from avx512 only in how bf16 weights are multiplied (TSN_DPBF16:
 // vdpbf16ps on bf16-rounded activations instead of widening the weights to float).
+// The many-row tile (rows x 16-column panels) per family, sized to its vector registers
+// (see Block in KernelsBody.inc).
 #define TSN_F16C
 #define TSN_DPBF16
+#define TSN_VECTOR_BYTES 64
+#define TSN_TILE_ROWS 8
+#define TSN_TILE_PANELS 2
+#define TSN_ROW_PANELS 4
+// GCC's own _mm512_cvtph_ps starts from an undefined vector, which -Wall reports at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")
 namespace tsn::avx512_bf16 {
@@ -33,7 +42,14 @@ namespace tsn::avx512 {
 #include "KernelsBody.inc"
 }  // namespace tsn::avx512
 #pragma GCC pop_options
+#pragma GCC diagnostic pop
 
+#undef TSN_TILE_ROWS
+#undef TSN_TILE_PANELS
+#undef TSN_VECTOR_BYTES
+#define TSN_VECTOR_BYTES 32
+#define TSN_TILE_ROWS 6
+#define TSN_TILE_PANELS 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace tsn::avx2 {
@@ -42,6 +58,14 @@ namespace tsn::avx2 {
 #pragma GCC pop_options
 #undef TSN_F16C
 
+#undef TSN_TILE_ROWS
+#undef TSN_TILE_PANELS
+#undef TSN_ROW_PANELS
+#undef TSN_VECTOR_BYTES
+#define TSN_VECTOR_BYTES 16
+#define TSN_TILE_ROWS 2
+#define TSN_TILE_PANELS 1
+#define TSN_ROW_PANELS 2
 namespace tsn::baseline {
 #include "KernelsBody.inc"
 }  // namespace tsn::baseline

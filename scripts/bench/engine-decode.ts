@@ -1,12 +1,13 @@
 /**
  * Engine-only decode speed, side by side in one run (this machine is shared: compare ratios):
  *   - the same checkpoint driven by a plain Python TorchScript loop (the baseline),
- *   - this engine on its native runtime, and on its TorchScript runtime,
+ *   - this engine on its native runtime under every kernel family the CPU has (or those
+ *     named by --kernels), and on its TorchScript runtime,
  * at batch 1, 8 and 32, plus the prefill of a 500-token prompt, and the native runtime's
  * achieved model FLOP/s against the measured matmul rate (512x512 float32, same threads).
  *
  *   node dist/scripts/bench/engine-decode.js [--ckpt models/brown-gpt.pt] [--threads N (default cores - 1, the server's default)]
- *        [--rounds 3] [--new-tokens 128] [--quick]
+ *        [--kernels avx2,baseline (default: every family the CPU has)] [--rounds 3] [--new-tokens 128] [--quick]
  *
  * Rounds alternate the three arms so load on the machine hits them alike; the table shows the
  * median of the rounds. Results go to .cache/bench/engine-decode.json.
@@ -19,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
 import { loadAddon } from "../../src/native/binding.js";
-import type { RawLanguageModel } from "../../src/native/types.js";
+import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { median } from "./lib/stats.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -27,6 +28,7 @@ const { values: args } = parseArgs({
   options: {
     ckpt: { type: "string", default: join(root, "models", "brown-gpt.pt") },
     threads: { type: "string", default: String(Math.max(1, availableParallelism() - 1)) },
+    kernels: { type: "string" },
     rounds: { type: "string", default: "3" },
     "new-tokens": { type: "string", default: "128" },
     quick: { type: "boolean", default: false },
@@ -37,6 +39,7 @@ if (args.help) {
   console.log(`usage: node dist/scripts/bench/engine-decode.js [options]
   --ckpt PATH        GPT checkpoint (default models/brown-gpt.pt)
   --threads N        compute threads of every arm (default cores - 1, the server's default)
+  --kernels LIST     native kernel families to time, comma-separated (default: all the CPU has)
   --rounds N         rounds, arms alternating (default 3; --quick 1)
   --new-tokens N     tokens decoded per row (default 128; --quick 32)
   --quick            one short round`);
@@ -48,6 +51,14 @@ const newTokens = args.quick ? 32 : Number(args["new-tokens"]);
 const batches = [1, 8, 32];
 const promptLen = 16;
 const prefillLen = 500;
+const supported = loadAddon().kernelFamilies;
+const families = (args.kernels ? args.kernels.split(",") : [...supported]) as KernelFamily[];
+for (const family of families) {
+  if (!supported.includes(family)) {
+    console.error(`kernel family ${family} is not one this CPU runs (it has: ${supported.join(", ")})`);
+    process.exit(2);
+  }
+}
 
 interface Measurement {
   decodeStepSeconds: Record<number, number>;
@@ -79,17 +90,25 @@ async function generate(model: RawLanguageModel, batch: number, prompt: number, 
   return (performance.now() - start) / 1000;
 }
 
-async function ours(runtime: "native" | "torchscript", config: Record<string, unknown>): Promise<Measurement> {
+async function ours(
+  runtime: "native" | "torchscript",
+  config: Record<string, unknown>,
+  kernels: KernelFamily | "auto" = "auto",
+): Promise<Measurement> {
   const model = await loadAddon().loadLanguageModel(args.ckpt!, { device: "cpu", threads });
   try {
     const chosen = await model.configure({
       contextLength: Number(config.block_size),
       eosTokenIds: [], // decode the full length, like the baseline
       runtime,
+      kernels,
       architecture: String(config.architecture),
       modelConfig: config,
     });
     if (chosen.runtime !== runtime) throw new Error(`asked for ${runtime}, got ${chosen.runtime}: ${chosen.note}`);
+    if (runtime === "native" && kernels !== "auto" && chosen.kernels !== kernels) {
+      throw new Error(`asked for the ${kernels} kernels, got ${chosen.kernels}`);
+    }
     const decodeStepSeconds: Record<number, number> = {};
     for (const batch of batches) {
       await generate(model, batch, promptLen, 4);
@@ -104,34 +123,34 @@ async function ours(runtime: "native" | "torchscript", config: Record<string, un
   }
 }
 
-const results: { python: ReturnType<typeof python>[]; native: Measurement[]; torchscript: Measurement[] } = {
-  python: [],
-  native: [],
-  torchscript: [],
-};
+type Arm = "python" | `native ${KernelFamily}` | "torchscript";
+const arms: Arm[] = ["python", ...families.map((f) => `native ${f}` as const), "torchscript"];
+const results = Object.fromEntries(arms.map((arm) => [arm, [] as Measurement[]])) as Record<Arm, Measurement[]>;
+const baselines: ReturnType<typeof python>[] = [];
 const loadBefore = loadavg()[0]!;
 for (let round = 0; round < rounds; round++) {
   const baseline = python();
+  baselines.push(baseline);
   results.python.push(baseline);
-  results.native.push(await ours("native", baseline.config));
+  for (const family of families) results[`native ${family}`].push(await ours("native", baseline.config, family));
   results.torchscript.push(await ours("torchscript", baseline.config));
   process.stderr.write(`round ${round + 1}/${rounds} done\n`);
 }
 const loadAfter = loadavg()[0]!;
 
-const config = results.python[0]!.config;
+const config = baselines[0]!.config;
 const { n_layer: L, n_embd: d, vocab_size: V } = config as Record<string, number>;
 // Model FLOPs per decoded token: the linear layers (12 d^2 weights per layer, and the
 // d x V head), plus attention over the average context (QK^T and PV: 4 L d p).
 const averageContext = promptLen + (newTokens + 1) / 2;
 const flopsPerToken = 2 * (12 * L! * d! * d! + d! * V!) + 4 * L! * d! * averageContext;
 
-const arms = ["python", "native", "torchscript"] as const;
-const step = (arm: (typeof arms)[number], batch: number) => median(results[arm].map((m) => m.decodeStepSeconds[batch]!));
-const prefill = (arm: (typeof arms)[number]) => median(results[arm].map((m) => m.prefillSeconds));
-const matmul = median(results.python.map((m) => m.matmulGflops));
+const step = (arm: Arm, batch: number) => median(results[arm].map((m) => m.decodeStepSeconds[batch]!));
+const prefill = (arm: Arm) => median(results[arm].map((m) => m.prefillSeconds));
+const matmul = median(baselines.map((m) => m.matmulGflops));
 
-const label = { python: "Python TorchScript loop", native: "ours, native runtime", torchscript: "ours, TorchScript runtime" };
+const label = (arm: Arm) =>
+  arm === "python" ? "Python TorchScript loop" : arm === "torchscript" ? "ours, TorchScript runtime" : `ours, native runtime, ${arm.slice(7)} kernels`;
 const lines: string[] = [];
 lines.push(`checkpoint ${args.ckpt} (L=${L} d=${d} V=${V}), ${threads} threads, ${rounds} round(s), ${newTokens} new tokens, load ${loadBefore.toFixed(1)} -> ${loadAfter.toFixed(1)}`);
 lines.push("");
@@ -144,13 +163,13 @@ for (const arm of arms) {
     return `${tokS.toFixed(0)}${ratio}`;
   });
   const pre = `${(prefill(arm) * 1000).toFixed(1)} ms${arm === "python" ? "" : ` (${(prefill("python") / prefill(arm)).toFixed(2)}x)`}`;
-  lines.push(`| ${label[arm]} | ${cells.join(" | ")} | ${pre} |`);
+  lines.push(`| ${label(arm)} | ${cells.join(" | ")} | ${pre} |`);
 }
 lines.push("");
 lines.push(`matmul rate (512x512 float32, ${threads} threads): ${matmul.toFixed(1)} GFLOP/s; model FLOPs per decoded token: ${(flopsPerToken / 1e6).toFixed(2)} M`);
-for (const arm of ["native", "python"] as const) {
+for (const arm of [...families.map((f) => `native ${f}` as const), "python"] as const) {
   const achieved = (32 * flopsPerToken) / step(arm, 32) / 1e9;
-  lines.push(`${label[arm]}, batch 32: ${achieved.toFixed(1)} GFLOP/s = ${((100 * achieved) / matmul).toFixed(0)}% of the matmul rate`);
+  lines.push(`${label(arm)}, batch 32: ${achieved.toFixed(1)} GFLOP/s = ${((100 * achieved) / matmul).toFixed(0)}% of the matmul rate`);
 }
 console.log(lines.join("\n"));
 
