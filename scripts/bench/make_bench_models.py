@@ -3,11 +3,15 @@ checkpoints (float32 and bfloat16; gpt.py and llama.py, the models export_hf.py 
 GGUF (float32 and float16, by scripts/model/export_gguf.py --vocabulary ids) with the same
 weights.
 
-    /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models]
+    /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models] [--models gpt2-small,llama-135m,llama-1b]
 
   gpt2-small:  GPT-2 small (124M): 12 layers, d=768, 12 heads, vocabulary 50257, context 1024.
   llama-135m:  SmolLM-135M's shape: 30 layers, d=576, 9 heads over 3 kv heads (GQA), SwiGLU
                width 1536, vocabulary 49152, context 1024, tied head.
+  llama-1b:    Llama-3.2-1B's shape: 16 layers, d=2048, 32 heads over 8 kv heads, SwiGLU width
+               8192, vocabulary 128256, context 1024, tied head, rope theta 500000 (2.47 GB in
+               16 bits). Written in 16 bits only (bf16 checkpoint, f16 GGUF): its float32 files
+               would take 10 GB of disk for a comparison the smaller models already make.
 
 Files already present are kept (delete the folder to rebuild). Prints the files as JSON.
 """
@@ -46,8 +50,25 @@ def llama_135m():
     return model, dict(architecture="llama", **cfg.to_dict())
 
 
-def write(out_dir: str, name: str, make) -> dict:
-    paths = {f"{kind}": os.path.join(out_dir, f"{name}-{kind}") for kind in ("f32.pt", "bf16.pt", "f32.gguf", "f16.gguf")}
+def llama_1b():
+    cfg = LlamaConfig(vocab_size=128256, block_size=1024, n_layer=16, n_head=32, n_kv_head=8, n_embd=2048,
+                      intermediate_size=8192, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True)
+    model = LlamaLM(cfg)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+    return model, dict(architecture="llama", **cfg.to_dict())
+
+
+MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16")),
+          "llama-1b": (llama_1b, ("bf16",))}
+
+
+def write(out_dir: str, name: str) -> dict:
+    make, precisions = MODELS[name]
+    kinds = [f"{p}.pt" for p in precisions] + [("f32" if p == "f32" else "f16") + ".gguf" for p in precisions]
+    paths = {kind: os.path.join(out_dir, f"{name}-{kind}") for kind in kinds}
     if all(os.path.exists(p) for p in paths.values()):
         return paths
     torch.manual_seed(0)
@@ -55,23 +76,32 @@ def write(out_dir: str, name: str, make) -> dict:
     model.eval()
     cfg = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION, tokenizer=BYTE_TOKENIZER)
     for dtype, key in ((torch.float32, "f32.pt"), (torch.bfloat16, "bf16.pt")):
+        if key not in paths:
+            continue
         config = dict(cfg, dtype="float32" if dtype == torch.float32 else "bfloat16")
         scripted = torch.jit.script(model.to(dtype))
         torch.jit.save(scripted, paths[key], _extra_files={"config.json": json.dumps(config)})
-    # The GGUF files hold the float32 checkpoint's weights (f16 rounded from them); the
-    # benchmark feeds token ids, so a placeholder vocabulary stands in for a tokenizer.
+    # The GGUF files hold the checkpoint's weights (f16 rounded from the float32 ones where
+    # there are any; bf16 values of this scale are exact in f16); the benchmark feeds token
+    # ids, so a placeholder vocabulary stands in for a tokenizer.
+    source = paths.get("f32.pt", paths.get("bf16.pt"))
     for key, dtype in (("f32.gguf", "f32"), ("f16.gguf", "f16")):
-        export_gguf.export(paths["f32.pt"], paths[key], dtype, quiet=True, vocabulary="ids")
+        if key in paths:
+            export_gguf.export(source, paths[key], dtype, quiet=True, vocabulary="ids")
     return paths
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "bench", "models"))
+    ap.add_argument("--models", default="gpt2-small,llama-135m,llama-1b")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    print(json.dumps({"gpt2-small": write(args.out, "gpt2-small", gpt2_small),
-                      "llama-135m": write(args.out, "llama-135m", llama_135m)}))
+    names = args.models.split(",")
+    for name in names:
+        if name not in MODELS:
+            ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
+    print(json.dumps({name: write(args.out, name) for name in names}))
     return 0
 
 

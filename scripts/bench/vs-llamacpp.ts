@@ -3,15 +3,21 @@
  * binaries), side by side in one run, on random-weight models of real shapes with the same
  * weights in both (scripts/bench/make_bench_models.py: project checkpoints, and GGUF written
  * by scripts/model/export_gguf.py --vocabulary ids):
- *   - GPT-2 small (124M) and a Llama of SmolLM-135M's shape (GQA 9/3 heads, SwiGLU, 30 layers);
+ *   - GPT-2 small (124M), a Llama of SmolLM-135M's shape (GQA 9/3 heads, SwiGLU, 30 layers) and
+ *     one of Llama-3.2-1B's shape (16 layers, d=2048, GQA 32/8, 16-bit only);
  *   - float32 against llama.cpp f32, and our bf16 against llama.cpp f16 (its 16-bit CPU type);
- *   - decode tokens/s at batch 1, 4 and 16 with 1 and 2 threads (all rows in one forward per
- *     step on both sides: our scheduler batches the rows, node-llama-cpp's batcher puts every
- *     sequence's next token in one llama_decode), and the prefill of a 400-token prompt;
+ *   - our native runtime under every kernel family the CPU has (or those --kernels names);
+ *   - decode tokens/s at batch 1, 4 and 16 with 1 and 2 threads, all rows in one forward per
+ *     step on both sides: our scheduler batches the rows; llama.cpp's side holds each step
+ *     until every row's token is queued, so node-llama-cpp puts them all in one llama_decode,
+ *     and counts the llama_decode calls: a cell whose count is off is not reported;
+ *   - the time to the first token of a 16-token prompt (batch 1), and the prefill of a
+ *     400-token prompt;
  *   - the memory bandwidth measured in the same run (a 1 GiB streaming sum), and the fraction of
  *     it that batch-1 decode reaches: weight bytes per token x tokens/s / bandwidth.
  *
- *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m]
+ *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m,llama-1b]
+ *        [--kernels avx2,baseline] [--threads 1,2]
  *
  * Prints a table of ratios (ours / llama.cpp) and writes .cache/bench/vs-llamacpp-<time>.json.
  */
@@ -22,7 +28,7 @@ import { parseArgs } from "node:util";
 import { getLlama, LlamaLogLevel, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 
 import { loadAddon } from "../../src/native/binding.js";
-import type { RawLanguageModel } from "../../src/native/types.js";
+import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { machineFacts } from "./lib/machine.js";
 import { repoRoot } from "./lib/paths.js";
 import { writeResults } from "./lib/results.js";
@@ -31,28 +37,46 @@ const { values: args } = parseArgs({
   options: {
     quick: { type: "boolean", default: false },
     "new-tokens": { type: "string", default: "32" },
-    models: { type: "string", default: "gpt2-small,llama-135m" },
+    models: { type: "string", default: "gpt2-small,llama-135m,llama-1b" },
+    kernels: { type: "string" },
+    threads: { type: "string", default: "1,2" },
     help: { type: "boolean", default: false },
   },
 });
 if (args.help) {
   console.log(`usage: node dist/scripts/bench/vs-llamacpp.js [options]
-  --new-tokens N   tokens decoded per row and measurement (default 32; --quick 12)
-  --models LIST    gpt2-small,llama-135m (default both)
+  --new-tokens N   tokens decoded per row and measurement (default 32; --quick 12; llama-1b at most 8)
+  --models LIST    gpt2-small,llama-135m,llama-1b (default all three)
+  --kernels LIST   native kernel families, comma-separated (default: every family the CPU has)
+  --threads LIST   thread counts (default 1,2)
   --quick          fewer tokens, batch 1 and 4 only`);
   process.exit(0);
 }
 const newTokens = args.quick ? 12 : Number(args["new-tokens"]);
 const batches = args.quick ? [1, 4] : [1, 4, 16];
-const threadCounts = [1, 2];
+const threadCounts = args.threads!.split(",").map(Number);
 const promptLen = 16;
 const prefillLen = 400;
 const python = "/usr/bin/python3";
 
-type Files = Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf", string>;
+const supported = loadAddon().kernelFamilies;
+const families = (args.kernels ? args.kernels.split(",") : [...supported]) as KernelFamily[];
+for (const family of families) {
+  if (!supported.includes(family)) {
+    console.error(`kernel family ${family} is not one this CPU runs (it has: ${supported.join(", ")})`);
+    process.exit(2);
+  }
+}
+
+type Files = Partial<Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf", string>>;
 const files = JSON.parse(
-  execFileSync(python, [join(repoRoot, "scripts", "bench", "make_bench_models.py")], { encoding: "utf8" }),
+  execFileSync(python, [join(repoRoot, "scripts", "bench", "make_bench_models.py"), "--models", args.models!], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  }),
 ) as Record<string, Files>;
+/** A 1B model decodes a few tokens a second on a CPU: fewer tokens and repeats keep its rows to minutes. */
+const isLarge = (name: string) => name === "llama-1b";
 
 /** Streaming-read bandwidth (bytes/s): the best of 5 sums of a 1 GiB float32 tensor. */
 function bandwidth(threads: number): number {
@@ -69,20 +93,28 @@ print(x.numel() * 4 / best)`;
 const prompt = (length: number, offset = 0): number[] => Array.from({ length }, (_, i) => 300 + ((i * 7 + offset) % 200));
 
 /** The fastest of `repeats` timings (the others were slowed by a neighbour: this host is shared). */
-async function best(time: () => Promise<number>, repeats = 3): Promise<number> {
+async function best(time: () => Promise<number>, repeats: number): Promise<number> {
   let fastest = Infinity;
   for (let i = 0; i < repeats; i++) fastest = Math.min(fastest, await time());
   return fastest;
 }
 
 interface Arm {
-  /** Seconds per decode step, by batch. */
+  /** Seconds per decode step, by batch (NaN: not measured faithfully, see `problems`). */
   step: Record<number, number>;
+  /** Seconds to the first token of a promptLen-token prompt, batch 1. */
+  firstTokenSeconds: number;
   prefillSeconds: number;
   firstTokens: number[];
+  problems: string[];
 }
 
-async function ours(path: string, threads: number): Promise<Arm> {
+interface Plan {
+  tokens: number;
+  repeats: number;
+}
+
+async function ours(path: string, threads: number, kernels: KernelFamily, plan: Plan): Promise<Arm> {
   const model: RawLanguageModel = await loadAddon().loadLanguageModel(path, { device: "cpu", threads, extraFiles: ["config.json"] });
   try {
     const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
@@ -90,11 +122,13 @@ async function ours(path: string, threads: number): Promise<Arm> {
       contextLength: Number(config.block_size),
       eosTokenIds: [],
       runtime: "native",
+      kernels,
       architecture: String(config.architecture),
       dtype: config.dtype as "float32" | "bfloat16",
       modelConfig: config,
     });
     if (chosen.runtime !== "native") throw new Error(`native runtime refused: ${chosen.note}`);
+    if (chosen.kernels !== kernels) throw new Error(`asked for the ${kernels} kernels, got ${chosen.kernels}`);
     const run = async (batch: number, length: number, tokens: number): Promise<[number, number[]]> => {
       const rows = Array.from({ length: batch }, (_, r) => ({
         tokens: Int32Array.from(prompt(length, r)), maxNewTokens: tokens, sampling: { temperature: 0, topK: 0, seed: -1 },
@@ -104,30 +138,74 @@ async function ours(path: string, threads: number): Promise<Arm> {
       return [(performance.now() - start) / 1000, Array.from(out[0]!)];
     };
     const step: Record<number, number> = {};
+    let firstTokenSeconds = NaN;
     for (const batch of batches) {
       await run(batch, promptLen, 2);
-      const one = await best(async () => (await run(batch, promptLen, 1))[0]);
-      const many = await best(async () => (await run(batch, promptLen, 1 + newTokens))[0]);
-      step[batch] = (many - one) / newTokens;
+      const one = await best(async () => (await run(batch, promptLen, 1))[0], plan.repeats);
+      const many = await best(async () => (await run(batch, promptLen, 1 + plan.tokens))[0], plan.repeats);
+      step[batch] = (many - one) / plan.tokens;
+      if (batch === 1) firstTokenSeconds = one;
     }
-    const prefillSeconds = Math.min((await run(1, prefillLen, 1))[0], (await run(1, prefillLen, 1))[0]);
+    const prefillSeconds = await best(async () => (await run(1, prefillLen, 1))[0], Math.min(plan.repeats, 2));
     const [, firstTokens] = await run(1, promptLen, 8);
-    return { step, prefillSeconds, firstTokens };
+    return { step, firstTokenSeconds, prefillSeconds, firstTokens, problems: [] };
   } finally {
     await model.dispose();
   }
 }
 
-async function llamaCpp(model: LlamaModel, threads: number): Promise<Arm> {
-  const context: LlamaContext = await model.createContext({
+async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise<Arm> {
+  // Each step waits until every row of the run has queued its token, then dispatches them as
+  // one batch (and rows wait for each other, below). With node-llama-cpp's default ("next
+  // cycle") a row whose token arrived a moment late went into a step of its own: a batch-4 run
+  // on a 1B model took 3-row steps, 12 llama_decode calls for 9 tokens, understating
+  // llama.cpp at batch 4 and 16.
+  const gate = { rows: 1, decodes: 0 };
+  let context: LlamaContext | undefined;
+  const queued = () => (context as unknown as { _queuedDecodeSequenceIds: Set<number> })._queuedDecodeSequenceIds.size;
+  context = await model.createContext({
     contextSize: 1024, sequences: Math.max(...batches), batchSize: 512, threads, flashAttention: false,
+    batching: {
+      dispatchSchedule: (dispatch) => {
+        const since = performance.now();
+        const poll = () => (queued() >= gate.rows || performance.now() - since > 5000 ? dispatch() : setImmediate(poll));
+        setImmediate(poll);
+      },
+    },
   });
+  // Counts llama_decode calls (node-llama-cpp's binding runs one per dispatched batch).
+  const binding = (context as unknown as { _ctx: { decodeBatch: (...a: unknown[]) => Promise<unknown> } })._ctx;
+  const decodeBatch = binding.decodeBatch.bind(binding);
+  Object.defineProperty(binding, "decodeBatch", {
+    value: (...a: unknown[]) => {
+      gate.decodes++;
+      return decodeBatch(...a);
+    },
+  });
+  const problems: string[] = [];
   try {
-    const sequences: LlamaContextSequence[] = batches.length ? Array.from({ length: Math.max(...batches) }, () => context.getSequence()) : [];
-    // Every row evaluates its prompt and then `tokens` greedy tokens; the rows run concurrently,
-    // so node-llama-cpp's batcher feeds all of them to one llama_decode per step.
+    const sequences: LlamaContextSequence[] = Array.from({ length: Math.max(...batches) }, () => context!.getSequence());
+    // Every row evaluates its prompt and then `tokens` greedy tokens; one llama_decode per step
+    // (the prompts', then one per further token) is what a faithful run takes.
     const run = async (batch: number, tokens: number): Promise<[number, number[]]> => {
       await Promise.all(sequences.slice(0, batch).map((s) => s.clearHistory()));
+      gate.rows = batch;
+      gate.decodes = 0;
+      // A row asks for its next token only once every row has its current one, in a later
+      // macrotask: node-llama-cpp's dispatch loop decodes whatever is queued when a decode
+      // ends, so a row that asked early would otherwise be decoded alone.
+      let arrived = 0;
+      let waiting: Array<() => void> = [];
+      const barrier = () =>
+        new Promise<void>((resolve) => {
+          waiting.push(resolve);
+          if (++arrived === batch) {
+            const release = waiting;
+            arrived = 0;
+            waiting = [];
+            setImmediate(() => release.forEach((go) => go()));
+          }
+        });
       const start = performance.now();
       const outs = await Promise.all(
         sequences.slice(0, batch).map(async (sequence, r) => {
@@ -135,28 +213,37 @@ async function llamaCpp(model: LlamaModel, threads: number): Promise<Arm> {
           for await (const token of sequence.evaluate(prompt(promptLen, r) as Token[], { temperature: 0 })) {
             got.push(token);
             if (got.length >= tokens) break;
+            await barrier();
           }
           return got;
         }),
       );
-      return [(performance.now() - start) / 1000, outs[0]!];
+      const seconds = (performance.now() - start) / 1000;
+      if (gate.decodes !== tokens) {
+        problems.push(`batch ${batch}, ${tokens} tokens: ${gate.decodes} llama_decode calls, expected ${tokens}`);
+        return [NaN, outs[0]!];
+      }
+      return [seconds, outs[0]!];
     };
     const step: Record<number, number> = {};
+    let firstTokenSeconds = NaN;
     for (const batch of batches) {
       await run(batch, 2);
-      const one = await best(async () => (await run(batch, 1))[0]);
-      const many = await best(async () => (await run(batch, 1 + newTokens))[0]);
-      step[batch] = (many - one) / newTokens;
+      const one = await best(async () => (await run(batch, 1))[0], plan.repeats);
+      const many = await best(async () => (await run(batch, 1 + plan.tokens))[0], plan.repeats);
+      step[batch] = (many - one) / plan.tokens;
+      if (batch === 1) firstTokenSeconds = one;
     }
     const prefill = async (): Promise<number> => {
       await sequences[0]!.clearHistory();
+      gate.rows = 1;
       const start = performance.now();
       await sequences[0]!.evaluateWithoutGeneratingNewTokens(prompt(prefillLen) as Token[]);
       return (performance.now() - start) / 1000;
     };
-    const prefillSeconds = Math.min(await prefill(), await prefill());
+    const prefillSeconds = await best(prefill, Math.min(plan.repeats, 2));
     const [, firstTokens] = await run(1, 8);
-    return { step, prefillSeconds, firstTokens };
+    return { step, firstTokenSeconds, prefillSeconds, firstTokens, problems };
   } finally {
     await context.dispose();
   }
@@ -176,33 +263,44 @@ const bandwidths = Object.fromEntries(threadCounts.map((t) => [t, bandwidth(t)])
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: 0 });
 const results: Array<Record<string, unknown>> = [];
 const lines: string[] = [];
+const problems: string[] = [];
+const rate = (batch: number, seconds: number | undefined) => (seconds !== undefined && Number.isFinite(seconds) ? batch / seconds : NaN);
+const show = (value: number, digits = 1) => (Number.isFinite(value) ? value.toFixed(digits) : "n/a");
 for (const name of args.models!.split(",")) {
   const modelFiles = files[name];
   if (!modelFiles) throw new Error(`unknown model ${name}`);
+  const plan: Plan = isLarge(name) ? { tokens: Math.min(newTokens, 8), repeats: 2 } : { tokens: newTokens, repeats: 3 };
+  const anyCheckpoint = modelFiles["f32.pt"] ?? modelFiles["bf16.pt"]!;
   const configText = execFileSync(python, ["-c", `import json,torch
-f={"config.json":""}; torch.jit.load("${modelFiles["f32.pt"]}", _extra_files=f); c=f["config.json"]; print(c.decode() if isinstance(c, bytes) else c)`], { encoding: "utf8" });
+f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["config.json"]; print(c.decode() if isinstance(c, bytes) else c)`], { encoding: "utf8" });
   const config = JSON.parse(configText) as Record<string, number>;
-  for (const [precision, ourFile, theirFile, bytesPerWeight] of [
+  const pairs = [
     ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], 4],
     ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], 2],
-  ] as const) {
+  ] as const;
+  for (const [precision, ourFile, theirFile, bytesPerWeight] of pairs) {
+    if (!ourFile || !theirFile) continue;
     const theirs = await llama.loadModel({ modelPath: theirFile });
     try {
       for (const threads of threadCounts) {
-        const a = await ours(ourFile, threads);
-        const b = await llamaCpp(theirs, threads);
-        const bytes = weightBytes(config, bytesPerWeight);
-        const fraction = (bytes / a.step[1]!) / bandwidths[threads]!;
-        const fractionTheirs = (bytes / b.step[1]!) / bandwidths[threads]!;
-        results.push({ model: name, precision, threads, ours: a, llamaCpp: b, weightBytes: bytes, bandwidth: bandwidths[threads], fraction, fractionTheirs });
-        const cells = batches.map((batch) => {
-          const x = batch / a.step[batch]!, y = batch / b.step[batch]!;
-          return `${x.toFixed(1)} / ${y.toFixed(1)} (${(x / y).toFixed(2)}x)`;
-        });
-        const pre = `${(a.prefillSeconds * 1000).toFixed(0)} / ${(b.prefillSeconds * 1000).toFixed(0)} ms (${(b.prefillSeconds / a.prefillSeconds).toFixed(2)}x)`;
-        const agree = a.firstTokens.join(",") === b.firstTokens.join(",") ? "yes" : "no";
-        lines.push(`| ${name} | ${precision} | ${threads} | ${cells.join(" | ")} | ${pre} | ${(100 * fraction).toFixed(0)}% / ${(100 * fractionTheirs).toFixed(0)}% | ${agree} |`);
-        process.stderr.write(`${lines.at(-1)}\n`);
+        const b = await llamaCpp(theirs, threads, plan);
+        for (const problem of b.problems) problems.push(`${name} ${precision}, llama.cpp, ${threads} thread(s): ${problem}`);
+        for (const kernels of families) {
+          const a = await ours(ourFile, threads, kernels, plan);
+          const bytes = weightBytes(config, bytesPerWeight);
+          const fraction = (bytes / a.step[1]!) / bandwidths[threads]!;
+          const fractionTheirs = (bytes / b.step[1]!) / bandwidths[threads]!;
+          results.push({ model: name, precision, kernels, threads, plan, ours: a, llamaCpp: b, weightBytes: bytes, bandwidth: bandwidths[threads], fraction, fractionTheirs });
+          const cells = batches.map((batch) => {
+            const x = rate(batch, a.step[batch]), y = rate(batch, b.step[batch]);
+            return `${show(x)} / ${show(y)} (${show(x / y, 2)}x)`;
+          });
+          const ttft = `${show(a.firstTokenSeconds * 1000, 0)} / ${show(b.firstTokenSeconds * 1000, 0)} ms`;
+          const pre = `${show(a.prefillSeconds * 1000, 0)} / ${show(b.prefillSeconds * 1000, 0)} ms (${show(b.prefillSeconds / a.prefillSeconds, 2)}x)`;
+          const agree = a.firstTokens.join(",") === b.firstTokens.join(",") ? "yes" : "no";
+          lines.push(`| ${name} | ${precision} | ${kernels} | ${threads} | ${cells.join(" | ")} | ${ttft} | ${pre} | ${show(100 * fraction, 0)}% / ${show(100 * fractionTheirs, 0)}% | ${agree} |`);
+          process.stderr.write(`${lines.at(-1)}\n`);
+        }
       }
     } finally {
       await theirs.dispose();
@@ -212,12 +310,13 @@ f={"config.json":""}; torch.jit.load("${modelFiles["f32.pt"]}", _extra_files=f);
 await llama.dispose();
 
 const header = [
-  `${machine.cpu}, ${machine.cores} cores, load ${machine.loadAtStart.toFixed(1)} at start; ${newTokens} new tokens per measurement, prompt ${promptLen}`,
+  `${machine.cpu}, ${machine.cores} cores, load ${machine.loadAtStart.toFixed(1)} at start; ${newTokens} new tokens per measurement (llama-1b: ${Math.min(newTokens, 8)}), prompt ${promptLen}`,
   `measured read bandwidth: ${threadCounts.map((t) => `${t} thread(s) ${(bandwidths[t]! / 1e9).toFixed(1)} GB/s`).join(", ")}`,
   "",
-  `| model | precision (ours vs llama.cpp) | threads | ${batches.map((b) => `batch ${b} tok/s ours / llama.cpp`).join(" | ")} | prefill ${prefillLen} tokens | batch-1 bandwidth used (ours / llama.cpp) | first 8 greedy tokens equal |`,
-  `|---|---|---:|${batches.map(() => "---:").join("|")}|---:|---:|---|`,
+  `| model | precision (ours vs llama.cpp) | our kernels | threads | ${batches.map((b) => `batch ${b} tok/s ours / llama.cpp`).join(" | ")} | first token, ${promptLen}-token prompt | prefill ${prefillLen} tokens | batch-1 bandwidth used (ours / llama.cpp) | first 8 greedy tokens equal |`,
+  `|---|---|---|---:|${batches.map(() => "---:").join("|")}|---:|---:|---:|---|`,
 ];
-console.log([...header, ...lines].join("\n"));
-const file = writeResults("vs-llamacpp", { machine, args: { ...args, newTokens, batches }, bandwidths, results, table: [...header, ...lines] });
+const footer = problems.length ? ["", "Not reported (n/a), since llama.cpp's steps were not one llama_decode of all rows:", ...problems.map((p) => `- ${p}`)] : [];
+console.log([...header, ...lines, ...footer].join("\n"));
+const file = writeResults("vs-llamacpp", { machine, args: { ...args, newTokens, batches, families }, bandwidths, results, problems, table: [...header, ...lines, ...footer] });
 console.log(`\nresults: ${file}`);
