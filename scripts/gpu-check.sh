@@ -30,7 +30,9 @@ if [ "$mode" = cuda ]; then
   fi
   torch_dir="$("$python" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
   echo "gpu-check: building against $("$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)') ($torch_dir)"
-  Torch_DIR="$torch_dir" TORCHSERVE_PYTHON="$python" "$node_bin" scripts/build-native.mjs --force
+  # Not --force: the build's stamp covers the sources and Torch_DIR, so a build made without
+  # this Torch_DIR (npm install's) is redone, and a second run (another GPU_CHECK_CKPT) is not.
+  Torch_DIR="$torch_dir" TORCHSERVE_PYTHON="$python" "$node_bin" scripts/build-native.mjs
   device=cuda
   batches=1,8,16,32,64
   tokens=64
