@@ -2,7 +2,8 @@
 # GPU check: builds the addon against this machine's Python torch (pip, 2.x, with CUDA), runs
 # the engine tests that take a device on CUDA (the TorchScript runtime: batch == alone,
 # stream == batch, continuous joins, chunked prefill, cancellation, seeded sampling), then
-# the decode benchmark on the GPU at batch 1 to 64, and prints a table.
+# the decode benchmark on the GPU at batch 1 to 64 beside a plain Python TorchScript loop on
+# the same GPU, and prints a table.
 #
 #   bash scripts/gpu-check.sh          on a CUDA host (needs nvcc/the CUDA toolkit, CMake, Node)
 #   bash scripts/gpu-check.sh --cpu    the same steps on the CPU with the existing build and
@@ -10,7 +11,8 @@
 #
 # Environment: TORCHSERVE_PYTHON (default python3) picks the Python whose torch to build
 # against; GPU_CHECK_CKPT the checkpoint to benchmark (default models/brown-gpt.pt; a bf16
-# checkpoint, e.g. from scripts/model/export_gpt.py, is benchmarked in its own dtype).
+# checkpoint, e.g. from scripts/model/export_hf.py --dtype bfloat16, is benchmarked in its own
+# dtype).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,17 +32,23 @@ if [ "$mode" = cuda ]; then
   fi
   torch_dir="$("$python" -c 'import os, torch.utils; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')"
   echo "gpu-check: building against $("$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)') ($torch_dir)"
-  Torch_DIR="$torch_dir" TORCHSERVE_PYTHON="$python" "$node_bin" scripts/build-native.mjs --force
+  echo "gpu-check: device $("$python" -c 'import torch; print(torch.cuda.get_device_name(0))')"
+  # Not --force: the build's stamp covers the sources and Torch_DIR, so a build made without
+  # this Torch_DIR (npm install's) is redone, and a second run (another GPU_CHECK_CKPT) is not.
+  Torch_DIR="$torch_dir" TORCHSERVE_PYTHON="$python" "$node_bin" scripts/build-native.mjs
   device=cuda
   batches=1,8,16,32,64
   tokens=64
   ckpt="${GPU_CHECK_CKPT:-models/brown-gpt.pt}"
+  # The same run times a plain Python TorchScript loop on the GPU: the figures come with a ratio.
+  baseline=--baseline
 else
   "$node_bin" scripts/build-native.mjs   # the existing build when it is up to date
   device=cpu
   batches=1,4
   tokens=8
   ckpt="${GPU_CHECK_CKPT:-test/fixtures/tiny-gpt.pt}"
+  baseline=
 fi
 if [ ! -f dist/test/engine/TorchEngine.test.js ] || [ ! -f dist/scripts/bench/device-decode.js ]; then
   "$node_bin" node_modules/typescript/bin/tsc -p tsconfig.json
@@ -57,5 +65,6 @@ TEST_DEVICE="$device" "$node_bin" node_modules/mocha/bin/mocha.js --no-config --
   --grep "torchscript runtime" dist/test/engine/TorchEngine.test.js
 
 echo "gpu-check: decode benchmark on $device"
-"$node_bin" dist/scripts/bench/device-decode.js --ckpt "$ckpt" --device "$device" --batches "$batches" --tokens "$tokens"
+TORCHSERVE_PYTHON="${python:-}" "$node_bin" dist/scripts/bench/device-decode.js --ckpt "$ckpt" --device "$device" \
+  --batches "$batches" --tokens "$tokens" $baseline
 echo "gpu-check: ok ($device)"

@@ -1,8 +1,12 @@
-"""Baseline for scripts/bench/engine-decode.ts: the same checkpoint driven by a plain Python
-TorchScript loop (one forward per step, argmax), and the machine's measured matmul rate.
+"""Baseline for scripts/bench/engine-decode.ts (and device-decode.ts --baseline): the same
+checkpoint driven by a plain Python TorchScript loop (one forward per step, argmax), and the
+machine's measured matmul rate (on the CPU).
 
     /usr/bin/python3 scripts/bench/engine_decode_baseline.py CKPT --threads 2 \
-        [--batches 1,8,32 --new-tokens 128 --prompt-len 16 --prefill-len 500]
+        [--batches 1,8,32 --new-tokens 128 --prompt-len 16 --prefill-len 500] [--device cuda]
+
+On a GPU each step brings its chosen ids back to the host, as a server must to stream them
+(without that the loop would only queue kernels and measure nothing a client sees).
 
 Prints one JSON object. Decode time per step is (t(1 + N tokens) - t(1 token)) / N, so the
 prefill is not counted; prefill is the time of a prompt of --prefill-len tokens and one new
@@ -23,6 +27,7 @@ def parse_args():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--prefill-len", type=int, default=500)
+    ap.add_argument("--device", default="cpu")
     return ap.parse_args()
 
 
@@ -37,19 +42,23 @@ if ARGS is not None:
 import torch  # noqa: E402
 
 
-def generate(module, batch: int, prompt_len: int, new_tokens: int) -> float:
+def generate(module, batch: int, prompt_len: int, new_tokens: int, device: str = "cpu",
+             dtype: torch.dtype = torch.float32) -> float:
     """Seconds for a greedy generation of new_tokens tokens per row."""
+    on_device = device != "cpu"
     start = time.perf_counter()
     with torch.inference_mode():
-        cache = torch.zeros(module.cache_shape(batch))
-        idx = (torch.arange(prompt_len) % 26 + 65).repeat(batch, 1)
-        lengths = torch.full((batch,), prompt_len, dtype=torch.long)
-        pos = torch.zeros(batch, dtype=torch.long)
+        cache = torch.zeros(module.cache_shape(batch), dtype=dtype, device=device)
+        idx = (torch.arange(prompt_len, device=device) % 26 + 65).repeat(batch, 1)
+        lengths = torch.full((batch,), prompt_len, dtype=torch.long, device=device)
+        pos = torch.zeros(batch, dtype=torch.long, device=device)
         for _ in range(new_tokens):
             logits, cache = module(idx, pos, lengths, cache)
             pos = pos + lengths
             idx = logits.argmax(-1, keepdim=True)
-            lengths = torch.ones(batch, dtype=torch.long)
+            if on_device:
+                idx.view(-1).tolist()
+            lengths = torch.ones(batch, dtype=torch.long, device=device)
     return time.perf_counter() - start
 
 
@@ -67,24 +76,30 @@ def main():
     args = ARGS
     torch.set_num_threads(args.threads)
     extra = {"config.json": ""}
-    module = torch.jit.load(args.checkpoint, _extra_files=extra)
+    module = torch.jit.load(args.checkpoint, map_location=args.device, _extra_files=extra)
     module.eval()
     config = json.loads(extra["config.json"])
-    generate(module, 1, args.prompt_len, 4)  # TorchScript's profiling runs
+
+    def run(batch: int, prompt_len: int, new_tokens: int) -> float:
+        return generate(module, batch, prompt_len, new_tokens, args.device,
+                        getattr(torch, config.get("dtype", "float32")))
+
+    run(1, args.prompt_len, 4)  # TorchScript's profiling runs
     decode = {}
     for batch in [int(b) for b in args.batches.split(",")]:
-        generate(module, batch, args.prompt_len, 4)
-        one = min(generate(module, batch, args.prompt_len, 1) for _ in range(2))
-        many = generate(module, batch, args.prompt_len, 1 + args.new_tokens)
+        run(batch, args.prompt_len, 4)
+        one = min(run(batch, args.prompt_len, 1) for _ in range(2))
+        many = run(batch, args.prompt_len, 1 + args.new_tokens)
         decode[batch] = (many - one) / args.new_tokens
-    prefill = min(generate(module, 1, args.prefill_len, 1) for _ in range(2))
+    prefill = min(run(1, args.prefill_len, 1) for _ in range(2))
     print(json.dumps({
         "torch": torch.__version__,
+        "device": args.device,
         "threads": args.threads,
         "config": config,
         "decode_step_seconds": decode,
         "prefill_seconds": prefill,
-        "matmul_gflops": matmul_gflops(),
+        "matmul_gflops": matmul_gflops() if args.device == "cpu" else None,
     }))
 
 

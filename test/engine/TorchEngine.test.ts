@@ -57,7 +57,8 @@ for (const { runtime, kernels } of arms) {
     it(`runs on the ${label}`, () => {
       expect(engine.runtime).to.equal(runtime);
       expect(engine.kernels).to.equal(kernels);
-      expect(engine.device).to.equal(device);
+      // The addon reports the device it resolved: "cuda" is the current one, cuda:0.
+      expect(engine.device).to.equal(device === "cuda" ? "cuda:0" : device);
       expect(engine.config.contextLength).to.equal(64);
     });
 
@@ -281,7 +282,7 @@ describe("createEngineFromEnv", () => {
   it("defaults SERVICE_DEVICE to cpu and SERVICE_RUNTIME to auto", async () => {
     const engine = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
     try {
-      expect(engine.device).to.equal(device);
+      expect(engine.device).to.equal("cpu");
       expect(engine.runtime).to.equal("native");
     } finally {
       await engine.dispose();
@@ -292,10 +293,17 @@ describe("createEngineFromEnv", () => {
     const script = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "torchscript" });
     expect(script.runtime).to.equal("torchscript");
     await script.dispose();
-    const cuda = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" }));
-    // On a CPU-only build: the clear startup error. On a GPU host this would load instead.
-    expect(cuda.code).to.equal("ERR_DEVICE");
-    expect(cuda.message).to.include("cuda");
+    if (loadAddon().cudaAvailable()) {
+      // A GPU host: SERVICE_DEVICE=cuda loads there, on the TorchScript runtime (native is CPU-only).
+      const gpu = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" });
+      expect([gpu.device, gpu.runtime]).to.deep.equal(["cuda:0", "torchscript"]);
+      await gpu.dispose();
+    } else {
+      // A CPU-only build or host: the clear startup error.
+      const cuda = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" }));
+      expect(cuda.code).to.equal("ERR_DEVICE");
+      expect(cuda.message).to.include("cuda");
+    }
     const runtime = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "fast" }));
     expect(runtime.code).to.equal("ERR_CONFIG");
     const threads = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_THREADS: "two" }));
