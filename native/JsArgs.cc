@@ -144,6 +144,11 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   request.kernels = TextField(settings, "kernels", "auto");
   SelectKernels(request.kernels);  // an unknown family is the caller's mistake, not a fallback
   request.dtype = ParseDtype(TextField(settings, "dtype", "float32"));
+  request.scriptCompute = TextField(settings, "torchscriptCompute", "auto");
+  if (request.scriptCompute != "auto" && request.scriptCompute != "checkpoint" && request.scriptCompute != "float32") {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "torchscriptCompute must be \"auto\", \"checkpoint\" or \"float32\", got \"" + request.scriptCompute + "\"");
+  }
   const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
   if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
   request.kvBudgetBytes = budgetMb << 20;

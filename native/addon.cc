@@ -27,6 +27,18 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Napi::Array architectures = Napi::Array::New(env);
   for (const auto& name : NativeArchitectures()) architectures.Set(architectures.Length(), name);
   exports.Set("nativeArchitectures", architectures);
+  // "auto"'s rule, for tests: decideRuntime(family, nativeSeconds, scriptSeconds).
+  exports.Set("decideRuntime", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    RuntimeTimings timings;
+    timings.native = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
+    timings.script = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0;
+    const RuntimeVerdict verdict = DecideRuntime(info[0].ToString().Utf8Value(), timings);
+    Napi::Object out = Napi::Object::New(info.Env());
+    out.Set("runtime", verdict.native ? "native" : "torchscript");
+    out.Set("timed", NeedsTiming(info[0].ToString().Utf8Value()));
+    out.Set("reason", verdict.reason);
+    return out;
+  }));
   exports.Set("cudaAvailable", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(info.Env(), CudaAvailable());
   }));

@@ -38,10 +38,17 @@ export interface TorchEngineOptions {
   /** Check `<checkpoint>.sha256` when present. Default true. */
   verifyChecksum?: boolean;
   /**
-   * "auto" (default) runs architecture "gpt" on the native CPU runtime when its forward
-   * matches the checkpoint's TorchScript (checked at load), else the TorchScript forward.
+   * "auto" (default) runs the native CPU runtime where the architecture has one and its
+   * forward matches the checkpoint's TorchScript (checked at load), unless the TorchScript
+   * forward is faster there (docs/operations.md, "Runtime"); else the TorchScript forward.
    */
   runtime?: "auto" | "native" | "torchscript";
+  /**
+   * What the TorchScript runtime computes a 16-bit checkpoint in on the CPU: "auto" (default:
+   * float32 where the CPU has no fast 16-bit matmuls, i.e. no AVX512_BF16 or AMX), "checkpoint"
+   * (its own dtype) or "float32". float32 holds a float32 copy of the weights.
+   */
+  torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /**
    * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
    * has), "avx512_bf16", "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
@@ -81,7 +88,7 @@ export class TorchEngine implements TextGenerationEngine {
     readonly tokenizer: Tokenizer,
     /** "native" (the built-in CPU fast path of architectures "gpt" and "llama") or "torchscript". */
     readonly runtime: "native" | "torchscript",
-    /** Why "auto" chose "torchscript", when it did. */
+    /** Why this runtime serves (the rule "auto" applied, or that it was asked for). */
     readonly runtimeNote: string | undefined,
     /** The kernel family of the native runtime; undefined on TorchScript. */
     readonly kernels: KernelFamily | undefined,
@@ -110,6 +117,7 @@ export class TorchEngine implements TextGenerationEngine {
         architecture: config.architecture,
         kernels: options.kernels ?? "auto",
         dtype: checkpointDtype(config),
+        torchscriptCompute: options.torchscriptCompute ?? "auto",
         modelConfig: config.raw,
         ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
@@ -498,6 +506,6 @@ export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env):
         "for example SERVICE_CKPT=models/brown-gpt.pt",
     );
   }
-  const { checkpoint, device, threads, runtime, kernels, kvBudgetMb, stepTokens } = settings;
-  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, kvBudgetMb, stepTokens });
+  const { checkpoint, device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens } = settings;
+  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens });
 }

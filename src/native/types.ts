@@ -92,6 +92,12 @@ export interface RawLanguageModelSettings {
   kernels?: KernelFamilyCap;
   /** The checkpoint's dtype (its TorchScript cache); default "float32". */
   dtype?: "float32" | "bfloat16" | "float16";
+  /**
+   * What the TorchScript runtime computes a 16-bit checkpoint in on the CPU
+   * (SERVICE_TORCHSCRIPT_COMPUTE): "auto" (default: float32 where the CPU has no fast 16-bit
+   * matmuls), "checkpoint" (its own dtype) or "float32".
+   */
+  torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /** config.json's scalar fields (nested objects one level down), for the native runtime. */
   modelConfig?: Record<string, unknown>;
   /**
@@ -118,7 +124,7 @@ export interface RawRuntimeChoice {
   runtime: "native" | "torchscript";
   /** The kernel family of the native runtime. */
   kernels?: KernelFamily;
-  /** Why "auto" did not choose the native runtime, when it did not. */
+  /** Why this runtime serves (the rule "auto" applied, or that it was asked for). */
   note?: string;
   /** Bytes of KV cache one row holds at full context in the chosen runtime (16-bit for bf16/fp16 checkpoints). */
   kvBytesPerRow: number;
@@ -132,6 +138,15 @@ export interface RawAddon {
   readonly kernelFamilies: readonly KernelFamily[];
   /** Architectures with a native CPU runtime. */
   readonly nativeArchitectures: readonly string[];
+  /**
+   * The rule runtime "auto" applies once the native forward agrees with the checkpoint's:
+   * whether `family` is timed at load, and the choice given these timings of both runtimes.
+   */
+  decideRuntime(
+    family: KernelFamily,
+    nativeSeconds?: number,
+    scriptSeconds?: number,
+  ): { runtime: "native" | "torchscript"; timed: boolean; reason: string };
   cudaAvailable(): boolean;
   cudaDeviceCount(): number;
   loadModule(path: string, options: RawLoadOptions): Promise<RawModule>;

@@ -24,6 +24,8 @@ export interface EngineEnv {
   runtime: RuntimeChoice;
   /** SERVICE_KERNELS: the highest kernel family the native runtime may use; "auto" (default). */
   kernels: KernelsCap;
+  /** SERVICE_TORCHSCRIPT_COMPUTE: what the TorchScript runtime computes a 16-bit checkpoint in on the CPU; "auto" (default). */
+  torchscriptCompute: "auto" | "checkpoint" | "float32";
   /** SERVICE_KV_BUDGET_MB: the TorchScript runtime's KV cache in MiB; undefined: its default. */
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
@@ -135,6 +137,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     threads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
     runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
     kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
+    torchscriptCompute: oneOf(env, "SERVICE_TORCHSCRIPT_COMPUTE", ["auto", "checkpoint", "float32"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
   };

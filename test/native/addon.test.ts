@@ -44,6 +44,50 @@ describe("native addon", function () {
     expect(addon.nativeArchitectures).to.include.members(["gpt", "llama"]);
   });
 
+  describe("which runtime \"auto\" serves with", () => {
+    it("serves the native runtime untimed on the AVX-512 and AVX2 families, and says why", () => {
+      for (const family of ["avx512_bf16", "avx512", "avx2"] as const) {
+        const verdict = addon.decideRuntime(family);
+        expect(verdict.timed, family).to.equal(false);
+        expect(verdict.runtime, family).to.equal("native");
+        expect(verdict.reason).to.include(`${family} kernels`);
+      }
+    });
+
+    it("times both runtimes on the baseline family and serves TorchScript only when it is clearly faster", () => {
+      expect(addon.decideRuntime("baseline").timed).to.equal(true);
+      const faster = addon.decideRuntime("baseline", 0.010, 0.005);
+      expect(faster.runtime).to.equal("torchscript");
+      expect(faster.reason).to.include("10.0 ms native (baseline kernels), 5.0 ms TorchScript");
+      // Within the margin (timings at load move with the machine's load), native keeps serving.
+      expect(addon.decideRuntime("baseline", 0.010, 0.009).runtime).to.equal("native");
+      expect(addon.decideRuntime("baseline", 0.005, 0.010).runtime).to.equal("native");
+    });
+
+    it("on a real load, applies the rule for the family it runs and names it in the note", async () => {
+      const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
+      try {
+        const settings = { contextLength: 64, architecture: "gpt", modelConfig: { n_layer: 2 } };
+        for (const family of addon.kernelFamilies) {
+          const choice = await model.configure({ ...settings, runtime: "auto", kernels: family });
+          if (family === "baseline") {
+            // Either runtime may win the timing; the note must give both figures, and the
+            // kernels are reported only when the native runtime serves.
+            expect(choice.note).to.match(/a short workload took [\d.]+ ms native \(baseline kernels\), [\d.]+ ms TorchScript/);
+            expect(choice.kernels).to.equal(choice.runtime === "native" ? "baseline" : undefined);
+          } else {
+            expect(choice.runtime).to.equal("native");
+            expect(choice.note).to.include(`${family} kernels`);
+          }
+        }
+        const asked = await model.configure({ ...settings, runtime: "torchscript" });
+        expect(asked.note).to.include("asked for");
+      } finally {
+        await model.dispose();
+      }
+    });
+  });
+
   it("rejects an unknown kernel family or dtype at configure", async () => {
     const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 1 });
     try {

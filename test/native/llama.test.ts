@@ -13,8 +13,8 @@
  * are no longer comparable. Tolerances: float32 1e-3 (the load-time check's); 16-bit on the
  * native runtime 2e-2 (activations rounded to bf16 before the bf16 dot products; see
  * native/Runtime.cc); 16-bit on the TorchScript runtime 5e-2 (it rounds every activation to
- * 16 bits). At least half of all steps must be compared, so a broken runtime cannot pass by
- * parting early everywhere.
+ * 16 bits; on a CPU without fast 16-bit matmuls it computes them in float32: 1e-3). At least
+ * half of all steps must be compared, so a broken runtime cannot pass by parting early everywhere.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -60,6 +60,9 @@ function agreedSteps(c: ReferenceCase, output: number[], tolerance: number, labe
 }
 
 const addon = loadAddon();
+const cpuFlags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
+/** Whether libtorch multiplies bf16 fast here (AVX512_BF16 or AMX), as native/Runtime.cc decides. */
+const fastBf16 = cpuFlags.has("avx512_bf16") || cpuFlags.has("amx_bf16");
 const variants = ["llama-gqa", "qwen-bias-tied", "llama3-scaled", "llama-gqa-bf16", "llama-gqa-fp16", "gpt-bf16", "gpt-fp16"];
 const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [
   ...addon.kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })),
@@ -105,10 +108,6 @@ describe("llama and 16-bit checkpoints", function () {
 
   for (const name of variants) {
     for (const { runtime, kernels } of arms) {
-      // libtorch's CPU kernels have no float16 matrix product: llama.py computes a float16
-      // checkpoint in float32 on the CPU, gpt.py does not, so the fp16 GPT runs on the CPU
-      // through the native runtime only.
-      if (runtime === "torchscript" && name === "gpt-fp16") continue;
       const label = `${name}, ${runtime}${kernels ? ` ${kernels}` : ""}`;
       it(`${label}: greedy agrees with the reference; batch == alone; stream == batch`, async () => {
         const checkpoint = reference[name]!;
@@ -132,7 +131,11 @@ describe("llama and 16-bit checkpoints", function () {
           if (kernels) expect(choice.kernels).to.equal(kernels);
 
           const sixteen = checkpoint.dtype !== "float32";
-          const tolerance = !sixteen ? 1e-3 : runtime === "native" ? 2e-2 : 5e-2;
+          // The TorchScript runtime computes a 16-bit checkpoint in float32 on a CPU without
+          // fast 16-bit matmuls (and float16 always: libtorch's CPU has no float16 matmul).
+          const widened = runtime === "torchscript" && sixteen && (checkpoint.dtype === "float16" || !fastBf16);
+          if (runtime === "torchscript" && sixteen) expect(choice.note ?? "").to.include(widened ? "in float32" : "");
+          const tolerance = !sixteen || widened ? 1e-3 : runtime === "native" ? 2e-2 : 5e-2;
           const alone: number[][] = [];
           let compared = 0;
           let total = 0;
@@ -163,4 +166,26 @@ describe("llama and 16-bit checkpoints", function () {
       });
     }
   }
+
+  it("SERVICE_TORCHSCRIPT_COMPUTE: the TorchScript runtime computes bf16 in float32 where the CPU has no fast bf16 matmuls, or as asked", async () => {
+    const checkpoint = reference["llama-gqa-bf16"]!;
+    const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+    try {
+      const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+      const settings = { contextLength: 64, runtime: "torchscript" as const, architecture: "llama", dtype: checkpoint.dtype, modelConfig: config };
+      const own = await model.configure({ ...settings, torchscriptCompute: "checkpoint" });
+      const wide = await model.configure({ ...settings, torchscriptCompute: "float32" });
+      const auto = await model.configure({ ...settings, torchscriptCompute: "auto" });
+      // The cache follows the compute dtype: float32 rows are twice the bf16 ones.
+      expect(wide.kvBytesPerRow).to.equal(2 * own.kvBytesPerRow);
+      expect(wide.note).to.include("in float32");
+      expect(own.note ?? "").to.not.include("in float32");
+      expect(auto.kvBytesPerRow).to.equal(fastBf16 ? own.kvBytesPerRow : wide.kvBytesPerRow);
+      const bad = await rejection(model.configure({ ...settings, torchscriptCompute: "int8" as never }));
+      expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
+      expect(bad.message).to.include("torchscriptCompute");
+    } finally {
+      await model.dispose();
+    }
+  });
 });

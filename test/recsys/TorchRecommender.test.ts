@@ -203,6 +203,7 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
       errorCodes: [],
       kernelFamilies: ["baseline"],
       nativeArchitectures: [],
+      decideRuntime: () => ({ runtime: "torchscript", timed: false, reason: "fake" }),
       cudaAvailable: () => false,
       cudaDeviceCount: () => 0,
       async loadModule(path, options) {
