@@ -25,6 +25,7 @@
 #define TSN_TILE_ROWS 8
 #define TSN_TILE_PANELS 2
 #define TSN_ROW_PANELS 4
+#define TSN_FEW_ROWS 0
 // GCC's own _mm512_cvtph_ps starts from an undefined vector, which -Wall reports at every use.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -50,6 +51,8 @@ namespace tsn::avx512 {
 #define TSN_VECTOR_BYTES 32
 #define TSN_TILE_ROWS 6
 #define TSN_TILE_PANELS 1
+#undef TSN_FEW_ROWS
+#define TSN_FEW_ROWS 2
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace tsn::avx2 {
@@ -66,6 +69,8 @@ namespace tsn::avx2 {
 #define TSN_TILE_ROWS 2
 #define TSN_TILE_PANELS 1
 #define TSN_ROW_PANELS 2
+#undef TSN_FEW_ROWS
+#define TSN_FEW_ROWS 0
 namespace tsn::baseline {
 #include "KernelsBody.inc"
 }  // namespace tsn::baseline
