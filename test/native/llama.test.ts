@@ -1,5 +1,5 @@
 /**
- * The "llama" architecture on tiny random-weight checkpoints (scripts/model/make_hf_fixture.py
+ * The "llama" architecture on tiny random-weight checkpoints (test/model/python/make_hf_fixture.py
  * --native-set: Hugging Face directories exported by export_hf.py, with grouped-query attention,
  * q/k/v biases with a tied head, Llama 3.1 rope scaling, bf16 and fp16 weights) and the "gpt"
  * fixture rounded to bf16 and fp16, on the native runtime under every kernel family this CPU
@@ -75,7 +75,7 @@ describe("llama and 16-bit checkpoints", function () {
     dir = mkdtempSync(join(tmpdir(), "tsn-llama-"));
     const made = spawnSync(
       "/usr/bin/python3",
-      [join(repoRoot, "scripts", "model", "make_hf_fixture.py"), dir, "--native-set"],
+      [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--native-set"],
       { encoding: "utf8" },
     );
     expect(made.status, made.stderr).to.equal(0);

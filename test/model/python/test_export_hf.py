@@ -14,11 +14,11 @@ import zipfile
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import export_hf  # noqa: E402
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python")]
 import make_hf_fixture  # noqa: E402
-from export_gpt import ExportError  # noqa: E402
-from safetensors_io import SafetensorsError, load_file, load_model_dir, save_file  # noqa: E402
+from torchserve_node import export_hf  # noqa: E402
+from torchserve_node.export_gpt import ExportError  # noqa: E402
+from torchserve_node.safetensors_io import SafetensorsError, load_file, load_model_dir, save_file  # noqa: E402
 
 torch.set_num_threads(1)
 
