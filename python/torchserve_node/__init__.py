@@ -4,6 +4,8 @@
 Model definitions, whose parameter names and scripted forward are the checkpoint format:
   gpt.py             architecture "gpt" (the demo model, nanoGPT, GPT-2)
   llama.py           architecture "llama" (Llama 2/3, Mistral, Qwen2)
+  architectures.py   the architecture table (architectures.json) the exporter and the
+                     native runtime's tests both read
 
 Exporters (commands in scripts/model/) and what they read and check with:
   export_hf.py       a Hugging Face model directory -> checkpoint

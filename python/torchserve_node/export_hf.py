@@ -4,8 +4,8 @@
     /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16]
         [--context N]
 
-HF_DIR holds config.json (architectures LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM or GPT2LMHeadModel), model.safetensors or shards with
+HF_DIR holds config.json (architectures: one of architectures.json's, LlamaForCausalLM,
+MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel), model.safetensors or shards with
 model.safetensors.index.json (F32/BF16/F16), tokenizer.json, tokenizer_config.json
 (special tokens, add_bos_token, chat_template) and optionally generation_config.json (eos,
 possibly a list) and chat_template.jinja.
@@ -31,13 +31,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from . import export_gpt, hf_reference, hf_tokenizer
+from .architectures import HUGGINGFACE
 from .export_gpt import ExportError
 from .gpt import GPT
 from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM
 from .safetensors_io import SafetensorsError, load_model_dir
 
-LLAMA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-SUPPORTED = LLAMA_ARCHS + ("GPT2LMHeadModel",)
+SUPPORTED = tuple(HUGGINGFACE)          # Hugging Face architectures, from architectures.json
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_CONTEXT = 4096
 MOE_FIELDS = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size")
@@ -239,7 +239,7 @@ def tokenizer_entry(hf_dir: str, cfg: dict, vocab_size: int) -> Tuple[dict, str,
     if not os.path.exists(path):
         vocab, merges = os.path.join(hf_dir, "vocab.json"), os.path.join(hf_dir, "merges.txt")
         if os.path.exists(vocab) and os.path.exists(merges) and \
-                architecture_of(cfg) == "GPT2LMHeadModel":
+                HUGGINGFACE[architecture_of(cfg)] == "gpt":
             with open(vocab, encoding="utf-8") as f, open(merges, encoding="utf-8") as g:
                 text = json.dumps(hf_tokenizer.gpt2_tokenizer_json(json.load(f), g.read()))
         else:
@@ -339,19 +339,8 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
     vocab_size = int(_field(cfg, "vocab_size"))
     tokenizer, tok_text, tok_cfg_text, chat_template = tokenizer_entry(hf_dir, cfg, vocab_size)
     common = {"format": export_gpt.FORMAT, "interface_version": INTERFACE_VERSION}
-    if arch == "GPT2LMHeadModel":
-        model, config = _gpt2_model(cfg, src, context, tdtype)
-        config = {**common, **config}
-    else:
-        lc = llama_config(cfg, arch, context)
-        model = LlamaLM.from_state(lc, map_llama(src, lc, tdtype))
-        config = {**common, "architecture": "llama", "hf_architecture": arch,
-                  "vocab_size": lc.vocab_size, "block_size": lc.block_size,
-                  "n_layer": lc.n_layer, "n_head": lc.n_head, "n_kv_head": lc.n_kv_head,
-                  "n_embd": lc.n_embd, "head_dim": lc.head_dim,
-                  "intermediate_size": lc.intermediate_size, "rms_norm_eps": lc.rms_norm_eps,
-                  "rope_theta": lc.rope_theta, "rope_scaling": lc.rope_scaling,
-                  "qkv_bias": lc.qkv_bias, "tie_word_embeddings": lc.tie_word_embeddings}
+    model, config = BUILDERS[HUGGINGFACE[arch]](cfg, src, arch, context, tdtype)
+    config = {**common, **config}
     model.eval()
     config.update({"dtype": dtype_name, "tokenizer": tokenizer, "chat_template": chat_template,
                    "model_name": os.path.basename(hf_dir.rstrip(os.sep))})
@@ -381,7 +370,20 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
     return config
 
 
-def _gpt2_model(cfg: dict, src: StateDict, context: Optional[int], dtype: torch.dtype):
+def _llama_model(cfg: dict, src: StateDict, arch: str, context: Optional[int], dtype: torch.dtype):
+    lc = llama_config(cfg, arch, context)
+    model = LlamaLM.from_state(lc, map_llama(src, lc, dtype))
+    config = {"architecture": "llama", "hf_architecture": arch,
+              "vocab_size": lc.vocab_size, "block_size": lc.block_size,
+              "n_layer": lc.n_layer, "n_head": lc.n_head, "n_kv_head": lc.n_kv_head,
+              "n_embd": lc.n_embd, "head_dim": lc.head_dim,
+              "intermediate_size": lc.intermediate_size, "rms_norm_eps": lc.rms_norm_eps,
+              "rope_theta": lc.rope_theta, "rope_scaling": lc.rope_scaling,
+              "qkv_bias": lc.qkv_bias, "tie_word_embeddings": lc.tie_word_embeddings}
+    return model, config
+
+
+def _gpt2_model(cfg: dict, src: StateDict, arch: str, context: Optional[int], dtype: torch.dtype):
     if dtype == torch.float16:
         raise ExportError("--dtype float16 is not implemented for GPT2LMHeadModel (gpt.py has no "
                           "float32 fallback for CPU float16 kernels); use float32 or bfloat16")
@@ -396,8 +398,13 @@ def _gpt2_model(cfg: dict, src: StateDict, context: Optional[int], dtype: torch.
     model.to(dtype)
     config = export_gpt.build_config(gcfg, "gpt", {})
     config.pop("tokenizer")
-    config["hf_architecture"] = "GPT2LMHeadModel"
+    config["hf_architecture"] = arch
     return model, config
+
+
+# The module and config.json of each architecture of the table, from a Hugging Face
+# config.json and state: (config, state, HF architecture, context, dtype) -> (model, config).
+BUILDERS = {"gpt": _gpt2_model, "llama": _llama_model}
 
 
 def main(argv=None):
