@@ -6,9 +6,9 @@
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 import { repoRoot } from "../helpers/fixtures.js";
 
@@ -60,6 +60,28 @@ describe("libtorch discovery", function () {
     const cmake = cmakeConfigure(env);
     expect(cmake.stdout).to.include(`from Torch_DIR: ${found.torchDir}`);
     expect(cmake.torchDir).to.equal(found.torchDir);
+  });
+
+  it("a Python torch in pip's layout comes before the system (TORCHSERVE_PYTHON)", () => {
+    // A stand-in interpreter answering the probe with a prefix laid out as a pip wheel's torch/.
+    const prefix = mkdtempSync(join(tmpdir(), "tsn-pip-torch-"));
+    try {
+      for (const file of ["share/cmake/Torch/TorchConfig.cmake", "include/torch/script.h", "lib/libtorch.so"]) {
+        mkdirSync(dirname(join(prefix, file)), { recursive: true });
+        writeFileSync(join(prefix, file), "");
+      }
+      const python = join(prefix, "python");
+      writeFileSync(python, `#!/bin/sh\necho ${join(prefix, "share", "cmake")}\n`, { mode: 0o755 });
+      const found = JSON.parse(torchPaths("--json", { ...process.env, TORCHSERVE_PYTHON: python })) as FoundTorch;
+      expect(found).to.deep.include({
+        source: `Python torch (${python})`,
+        torchDir: join(prefix, "share", "cmake", "Torch"),
+        include: [join(prefix, "include"), join(prefix, "include", "torch", "csrc", "api", "include")],
+        lib: join(prefix, "lib"),
+      });
+    } finally {
+      rmSync(prefix, { recursive: true, force: true });
+    }
   });
 
   it("CMakeLists.txt: a LIBTORCH without libtorch stops the configure with the fix", () => {
