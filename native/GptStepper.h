@@ -1,5 +1,5 @@
-// The native fast path for checkpoints of architecture "gpt" (scripts/model/gpt.py and the
-// nanoGPT / GPT-2 exports): the same forward as the checkpoint's TorchScript (LayerNorm,
+// The native fast path for checkpoints of architecture "gpt" (python/torchserve_node/gpt.py and
+// the nanoGPT / GPT-2 exports): the same forward as the checkpoint's TorchScript (LayerNorm,
 // learned positions, fused qkv with biases, GELU MLP), computed by Kernels.cc with weights
 // packed once at configure time; the step itself is DecoderStepper's.
 #pragma once

@@ -5,29 +5,17 @@
 
 namespace tsn {
 
-// Hugging Face's inverse frequencies (_compute_default_rope_parameters, and
-// _compute_llama3_parameters for rope_scaling "llama3"), in float32 as transformers computes them.
-at::Tensor LlamaStepper::InverseFrequencies(const ModelFields& fields) const {
-  const double theta = fields.Number("rope_theta", 10000.0);
-  at::Tensor inv = at::reciprocal(at::pow(theta, at::arange(0, headDim_, 2, at::kLong).to(at::kFloat) / headDim_));
-  std::string type = fields.String("rope_scaling.rope_type", fields.String("rope_scaling.type", ""));
-  if (type.empty() && fields.Has("rope_scaling.factor")) type = "?";
-  if (type.empty() || type == "default") return inv;
-  if (type != "llama3") Mismatch("rope_scaling type \"" + type + "\" (the native runtime implements \"llama3\")");
-  for (const char* name : {"rope_scaling.factor", "rope_scaling.low_freq_factor", "rope_scaling.high_freq_factor",
-                           "rope_scaling.original_max_position_embeddings"}) {
-    if (!fields.Has(name)) Mismatch(std::string("config.json lacks ") + name);
+// The checkpoint's own rotary inverse frequencies (llama.py's buffer rope_inv_freq, [head_dim / 2],
+// any rope scaling already applied by the exporter): the native forward rotates exactly as the
+// TorchScript forward does, and config.json's rope settings are not read a second time here.
+at::Tensor LlamaStepper::InverseFrequencies(const torch::jit::Module& module) const {
+  for (const auto& buffer : module.named_buffers(false)) {
+    if (buffer.name != "rope_inv_freq") continue;
+    at::Tensor inv = buffer.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    if (inv.dim() != 1 || inv.size(0) != headDim_ / 2) Mismatch("rope_inv_freq has shape " + c10::str(inv.sizes()));
+    return inv;
   }
-  const double factor = fields.Number("rope_scaling.factor", 1);
-  const double low = fields.Number("rope_scaling.low_freq_factor", 1);
-  const double high = fields.Number("rope_scaling.high_freq_factor", 4);
-  const double old = fields.Number("rope_scaling.original_max_position_embeddings", 8192);
-  const at::Tensor wavelen = (2 * M_PI) / inv;
-  const at::Tensor scaled = at::where(wavelen > old / low, inv / factor, inv);
-  const at::Tensor smooth = (old / wavelen - low) / (high - low);
-  const at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
-  const at::Tensor medium = (wavelen < old / high).logical_not().logical_and((wavelen > old / low).logical_not());
-  return at::where(medium, smoothed, scaled);
+  Mismatch("missing the buffer rope_inv_freq (the rotary frequencies of the forward; export the checkpoint with export_hf.py)");
 }
 
 LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
@@ -89,7 +77,7 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).
   const at::Tensor freqs =
       at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
-      InverseFrequencies(fields).view({1, -1});
+      InverseFrequencies(context.module).view({1, -1});
   cos_ = Copy(freqs.cos().contiguous());
   sin_ = Copy(freqs.sin().contiguous());
   act_.resize(team_.size());

@@ -1,9 +1,9 @@
 // The native fast path for checkpoints of architecture "llama" (Llama 2/3, Mistral, Qwen2 and
 // their cousins exported to the project's format; parameter names in docs/checkpoint.md):
-// RMSNorm, rotary embeddings in Hugging Face's rotate-half convention (rope_theta, Llama 3.1's
-// rope_scaling "llama3"), grouped-query attention, SwiGLU MLP, optional q/k/v biases, tied or
-// untied head. Weights packed once (float32, bf16 or fp16 as the checkpoint's dtype says,
-// float32 accumulation); the step itself is DecoderStepper's.
+// RMSNorm, rotary embeddings in Hugging Face's rotate-half convention at the checkpoint's own
+// frequencies (rope_inv_freq, any rope scaling included), grouped-query attention, SwiGLU MLP,
+// optional q/k/v biases, tied or untied head. Weights packed once (float32, bf16 or fp16 as the
+// checkpoint's dtype says, float32 accumulation); the step itself is DecoderStepper's.
 #pragma once
 
 #include <vector>
@@ -14,8 +14,8 @@ namespace tsn {
 
 class LlamaStepper : public DecoderStepper {
  public:
-  // Reads the weights by name from the module and the rotary settings from config.json;
-  // throws CodedError(ERR_CHECKPOINT_INTERFACE) when they do not have the llama layout.
+  // Reads the weights and the rotary frequencies by name from the module, the norm epsilon from
+  // config.json; throws CodedError(ERR_CHECKPOINT_INTERFACE) when they lack the llama layout.
   explicit LlamaStepper(const NativeContext& context);
 
  private:
@@ -30,8 +30,8 @@ class LlamaStepper : public DecoderStepper {
   void FinalNorm(const float* x, float* out) const override;
   int PhasesPerLayer() const override { return 5; }
   size_t LayerBytes() const override;
-  // Hugging Face's inverse rotary frequencies for config.json's rope settings.
-  at::Tensor InverseFrequencies(const ModelFields& fields) const;
+  // The module's rope_inv_freq buffer as float32 [headDim / 2].
+  at::Tensor InverseFrequencies(const torch::jit::Module& module) const;
   // Rotates one head's q or k (hd floats) to position p, in place.
   void Rotate(float* head, int p) const;
 

@@ -12,7 +12,7 @@ import { availableParallelism } from "node:os";
 import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { findTorch } from "./torch-paths.mjs";
+import { findTorch, TorchNotFoundError, torchFixes } from "./torch-paths.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 // Build tools are found the way Node finds any dependency: installed as a dependency, npm
@@ -38,7 +38,8 @@ function sourceHash() {
     hash.update(file);
     hash.update(readFileSync(join(root, file)));
   }
-  hash.update(JSON.stringify({ useGyp, debug, sanitize, libtorch: process.env.LIBTORCH ?? "", torchDir: process.env.Torch_DIR ?? "" }));
+  const env = process.env;
+  hash.update(JSON.stringify({ useGyp, debug, sanitize, libtorch: env.LIBTORCH ?? "", torchDir: env.Torch_DIR ?? "", python: env.TORCHSERVE_PYTHON ?? "" }));
   return hash.digest("hex");
 }
 
@@ -73,25 +74,31 @@ if (!force && existsSync(output) && existsSync(stamp) && readFileSync(stamp, "ut
 const asDependency = root.split(sep).includes("node_modules");
 const rerun = asDependency ? "npm rebuild torchserve-node" : "npm run build:native";
 const aptLine = "sudo apt-get install cmake g++ make libtorch-dev libopenblas0-pthread";
-const torchFixes = [
-  "  1. Debian/Ubuntu: " + aptLine + (asDependency ? "" : "  (or: sudo bash scripts/setup.sh)"),
-  "  2. A downloaded libtorch: export LIBTORCH=/path/to/libtorch  (the folder with share/cmake/Torch)",
-  "  3. A Python torch (pip or conda, e.g. with CUDA): make `python3 -c 'import torch'` work, or set TORCHSERVE_PYTHON",
-  "  4. Or set Torch_DIR to the folder holding TorchConfig.cmake.",
-];
+
+// Both builds take libtorch from torch-paths.mjs: ask it once here, so a missing libtorch is
+// reported the same way whichever build runs, before any build tool starts.
+let torch = null;
+let torchError = "";
+try {
+  torch = findTorch();
+} catch (err) {
+  if (!(err instanceof TorchNotFoundError)) throw err;
+  torchError = err.message;
+}
 
 const missing = ["make", useGyp ? null : "cmake"].filter((tool) => tool && !have(tool));
 if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
 if (missing.length > 0) {
   // Say everything that is missing at once, libtorch included, so one install fixes it all.
-  const torch = findTorch();
   fail([
-    `Missing: ${missing.join(", ")}${torch ? "" : "; and libtorch was not found (LIBTORCH, Torch_DIR, a Python torch, /usr)"}.`,
+    `Missing: ${missing.join(", ")}${torch ? "" : "; and libtorch was not found (LIBTORCH, Torch_DIR, a Python torch, /usr/local, /usr)"}.`,
     `Fix, on Debian/Ubuntu: ${torch ? "sudo apt-get install build-essential cmake" : aptLine}`,
-    ...(torch ? [] : ["libtorch can also come from elsewhere:", ...torchFixes.slice(1)]),
+    ...(torch ? [] : ["libtorch can also come from elsewhere:", ...torchFixes().slice(1)]),
     `Then run: ${rerun}`,
   ]);
 }
+if (!torch) fail([torchError, "Fixes, any one of:", ...torchFixes(), `Then run: ${rerun}`]);
+console.log(`torchserve-node: libtorch from ${torch.source} (${torch.torchDir})`);
 
 const jobs = String(Math.max(1, availableParallelism()));
 let result;
@@ -120,7 +127,7 @@ if (result.status !== 0 || !existsSync(output)) {
   fail([
     "Look above for the first error. The usual causes and fixes:",
     "- libtorch not found, any one of:",
-    ...torchFixes,
+    ...torchFixes(),
     "- No compiler or cmake: sudo apt-get install build-essential cmake.",
     "- A CUDA libtorch needs the CUDA toolkit (nvcc) on PATH at build time.",
     `Then run: ${rerun}`,

@@ -13,7 +13,7 @@ checkpoint with the same batching rule and the same endpoint shape as our server
 - Dynamic batching, the rule of DESIGN.md section 2: a batch closes when it holds
   max_batch_size requests or max_wait_ms after its first request arrived; one batch in
   flight; while it runs the next one fills.
-- Generation is the plain Python TorchScript loop of scripts/model/reference.py (same
+- Generation is the plain Python TorchScript loop of python/torchserve_node/reference.py (same
   policy: truncation, prefill and decode in one call, re-prefill at the context end, eos),
   minus its diagnostics, run on one worker thread so the event loop keeps serving requests.
   `--self-check` asserts it produces reference.generate's tokens and exits.
@@ -47,8 +47,8 @@ from fastapi.responses import PlainTextResponse, StreamingResponse  # noqa: E402
 from pydantic import BaseModel, confloat, conint, constr  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "model"))
-import reference  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+from torchserve_node import reference  # noqa: E402
 
 
 # ------------------------------------------------------------------ generation (worker thread)

@@ -26,10 +26,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "model"))
-import export_gguf  # noqa: E402
-from gpt import GPT, GPTConfig  # noqa: E402
-from llama import INTERFACE_VERSION, LlamaConfig, LlamaLM  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from torchserve_node import export_gguf  # noqa: E402
+from torchserve_node.gpt import GPT, GPTConfig  # noqa: E402
+from torchserve_node.llama import INTERFACE_VERSION, LlamaConfig, LlamaLM  # noqa: E402
 
 BYTE_TOKENIZER = {"kind": "byte", "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "add_bos": False}
 

@@ -5,7 +5,7 @@ smoke-testing the benchmarks before (or without) the trained models/brown-gpt.pt
 
 Same architecture as models/brown-gpt.pt (4 layers, d=256, 4 heads, context 512, byte
 vocabulary), so step costs match; only the weights (and so the text) differ. Written
-through scripts/model/export_gpt.py, which verifies the export and writes the .sha256.
+through python/torchserve_node/export_gpt.py, which verifies the export and writes the .sha256.
 """
 
 import argparse
@@ -18,9 +18,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "model"))
-from export_gpt import export_file  # noqa: E402
-from gpt import GPT, GPTConfig  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from torchserve_node.export_gpt import export_file  # noqa: E402
+from torchserve_node.gpt import GPT, GPTConfig  # noqa: E402
 
 
 def main(argv=None):

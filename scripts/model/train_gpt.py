@@ -1,4 +1,4 @@
-"""Train the demo byte-level GPT (scripts/model/gpt.py) on the Brown corpus.
+"""Train the demo byte-level GPT (python/torchserve_node/gpt.py) on the Brown corpus.
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/model/train_gpt.py \
         --steps 2800 --short-frac 0.75
@@ -53,11 +53,10 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from gpt import GPT, GPTConfig  # noqa: E402
-import brown  # noqa: E402
-
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(ROOT, "python")]
+from torchserve_node.gpt import GPT, GPTConfig  # noqa: E402
+import brown  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -337,7 +336,7 @@ def main(argv=None):
     print("summary: " + json.dumps(summary), flush=True)
 
     if not args.no_export:
-        import export_gpt  # imported late: the exporter may change while a run is going
+        from torchserve_node import export_gpt  # late: the exporter may change during a run
         export_gpt.export_file("trainer", args.ckpt, args.out)
 
 

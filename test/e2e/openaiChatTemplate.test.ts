@@ -18,11 +18,11 @@ const CHATML =
   "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-/** A small random trainer checkpoint (scripts/model/gpt.py), as train_gpt.py saves them. */
+/** A small random trainer checkpoint (python/torchserve_node/gpt.py), as train_gpt.py saves them. */
 const MAKE_SOURCE = `
 import sys, torch
-sys.path.insert(0, "scripts/model")
-from gpt import GPT, GPTConfig
+sys.path.insert(0, "python")
+from torchserve_node.gpt import GPT, GPTConfig
 torch.manual_seed(0)
 cfg = GPTConfig(vocab_size=259, block_size=64, n_layer=1, n_head=2, n_embd=32)
 torch.save({"config": cfg.to_dict(), "model": GPT(cfg).state_dict()}, sys.argv[1])

@@ -4,7 +4,7 @@
  * BPE, two eos ids, bfloat16), Qwen2 (q/k/v biases), Mistral (float16) and GPT-2, in Hugging
  * Face layout, exported by export_hf.py and loaded by TorchEngine.
  *
- * Agreement with scripts/model/reference.py (the Python loop over the same checkpoint):
+ * Agreement with python/torchserve_node/reference.py (the Python loop over the same checkpoint):
  * float32 and float16 (which computes in float32 on the CPU): the same greedy text for every
  * prompt, batched, alone and streamed. bfloat16: a row's logits depend on the shapes of the
  * batch it runs in (padding changes the matrix sizes, so the kernels round differently: a

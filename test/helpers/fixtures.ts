@@ -1,4 +1,4 @@
-/** The committed test checkpoints and their golden outputs (scripts/model/make_fixture.py). */
+/** The committed test checkpoints and their golden outputs (test/model/python/make_fixture.py). */
 import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

@@ -1,7 +1,7 @@
 /**
  * Tiny Hugging Face-layout models exported to checkpoints at test time
- * (scripts/model/make_hf_fixture.py + export_hf.py, deterministic, a few seconds), and the
- * Python reference loop (scripts/model/reference.py) as the oracle for their greedy output.
+ * (test/model/python/make_hf_fixture.py + export_hf.py, deterministic, a few seconds), and the
+ * Python reference loop (python/torchserve_node/reference.py) as the oracle for their greedy output.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -12,7 +12,9 @@ import { join } from "node:path";
 import { repoRoot } from "./fixtures.js";
 
 const python = "/usr/bin/python3";
-const script = (name: string) => join(repoRoot, "scripts", "model", name);
+const script = (name: string) => join(repoRoot, "test", "model", "python", name);
+/** Python's sys.path for the snippets below: the product package and the fixture generators. */
+const pythonPath = JSON.stringify([join(repoRoot, "python"), join(repoRoot, "test", "model", "python")]);
 
 function run(args: string[], input?: string): string {
   const result = spawnSync(python, args, {
@@ -64,8 +66,8 @@ export interface ReferenceJob {
 export function referenceGreedy(jobs: ReferenceJob[]): ReferenceRow[][] {
   const code = `
 import json, sys, torch
-sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
-import reference
+sys.path[:0] = ${pythonPath}
+from torchserve_node import reference
 torch.set_num_threads(1)
 out = []
 for job in json.loads(sys.stdin.read()):
@@ -82,8 +84,8 @@ print(json.dumps(out))
 export function withEosTokenIds(checkpoint: string, out: string, eosTokenIds: number[]): string {
   const code = `
 import json, sys, torch
-sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
-import export_gpt
+sys.path[:0] = ${pythonPath}
+from torchserve_node import export_gpt
 src, out, ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 extra = {"config.json": "", "tokenizer.json": "", "tokenizer_config.json": ""}
 m = torch.jit.load(src, _extra_files=extra)
@@ -100,15 +102,16 @@ export_gpt.write_sha256(out)
 
 /**
  * The fixtures exported to float32 checkpoints and from those to GGUF f32
- * (scripts/model/export_gguf.py), in one Python process: `${name}.pt` and `${name}.gguf`.
+ * (python/torchserve_node/export_gguf.py), in one Python process: `${name}.pt` and `${name}.gguf`.
  * `vocabulary`: export_gguf.py's --vocabulary (the checkpoint's tokenizer, or placeholder ids).
  */
 export function exportGgufFixtures(names: readonly string[], vocabulary: "tokenizer" | "ids" = "tokenizer"): HfCheckpoints {
   const dir = mkdtempSync(join(tmpdir(), "gguf-fixtures-"));
   const code = `
 import json, os, sys
-sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
-import export_gguf, export_hf, make_hf_fixture
+sys.path[:0] = ${pythonPath}
+import make_hf_fixture
+from torchserve_node import export_gguf, export_hf
 out = sys.argv[1]
 for name in json.loads(sys.argv[2]):
     src = make_hf_fixture.make(name, out)
@@ -128,8 +131,9 @@ export function exportHfDtypes(name: string, dtypes: readonly string[]): HfCheck
   const dir = mkdtempSync(join(tmpdir(), "hf-dtypes-"));
   const code = `
 import json, os, sys
-sys.path.insert(0, ${JSON.stringify(join(repoRoot, "scripts", "model"))})
-import export_hf, make_hf_fixture
+sys.path[:0] = ${pythonPath}
+import make_hf_fixture
+from torchserve_node import export_hf
 out, name = sys.argv[1], sys.argv[2]
 src = make_hf_fixture.make(name, out)
 for dtype in json.loads(sys.argv[3]):

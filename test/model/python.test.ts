@@ -1,5 +1,5 @@
 /**
- * The Python model tooling's own unit tests (scripts/model/test_model.py: cached forward
+ * The Python model tooling's own unit tests (test/model/python/test_*.py: cached forward
  * against the plain forward, mixed batches, nanoGPT and GPT-2 export mappings, fixture
  * determinism), run with Debian's python3-torch as part of the suite.
  */
@@ -16,7 +16,7 @@ describe("Python model tooling", function () {
   it("passes its unittest suite", () => {
     const python = "/usr/bin/python3";
     expect(existsSync(python), "run `bash scripts/setup.sh --test` (installs python3-torch)").to.equal(true);
-    const result = spawnSync(python, ["-m", "unittest", "discover", "-s", join(repoRoot, "scripts", "model"), "-p", "test_*.py"], {
+    const result = spawnSync(python, ["-m", "unittest", "discover", "-s", join(repoRoot, "test", "model", "python"), "-p", "test_*.py"], {
       cwd: repoRoot,
       env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" },
       encoding: "utf8",

@@ -4,11 +4,12 @@
  */
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawAddon, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
 import { rejection } from "../helpers/rejection.js";
-import { fixture, goldenFor, type GoldenCase } from "../helpers/fixtures.js";
+import { fixture, goldenFor, repoRoot, type GoldenCase } from "../helpers/fixtures.js";
 import { settledThreads } from "../helpers/threads.js";
 
 const greedy = (c: GoldenCase): RawGenerateRow => ({
@@ -86,6 +87,16 @@ describe("native addon", function () {
         await model.dispose();
       }
     });
+  });
+
+  it("runs natively exactly the architectures the table marks native (python/torchserve_node/architectures.json)", () => {
+    // The exporter reads the same table: an architecture it writes and the registry in
+    // native/Runtime.cc must not drift apart.
+    const table = JSON.parse(readFileSync(join(repoRoot, "python", "torchserve_node", "architectures.json"), "utf8")) as {
+      architectures: Record<string, { native: boolean }>;
+    };
+    const native = Object.entries(table.architectures).filter(([, entry]) => entry.native).map(([name]) => name);
+    expect([...addon.nativeArchitectures].sort()).to.deep.equal(native.sort());
   });
 
   it("rejects an unknown kernel family or dtype at configure", async () => {

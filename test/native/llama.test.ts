@@ -1,5 +1,5 @@
 /**
- * The "llama" architecture on tiny random-weight checkpoints (scripts/model/make_hf_fixture.py
+ * The "llama" architecture on tiny random-weight checkpoints (test/model/python/make_hf_fixture.py
  * --native-set: Hugging Face directories exported by export_hf.py, with grouped-query attention,
  * q/k/v biases with a tied head, Llama 3.1 rope scaling, bf16 and fp16 weights) and the "gpt"
  * fixture rounded to bf16 and fp16, on the native runtime under every kernel family this CPU
@@ -78,7 +78,7 @@ describe("llama and 16-bit checkpoints", function () {
     dir = mkdtempSync(join(tmpdir(), "tsn-llama-"));
     const made = spawnSync(
       "/usr/bin/python3",
-      [join(repoRoot, "scripts", "model", "make_hf_fixture.py"), dir, "--native-set"],
+      [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--native-set"],
       { encoding: "utf8" },
     );
     expect(made.status, made.stderr).to.equal(0);
@@ -86,21 +86,57 @@ describe("llama and 16-bit checkpoints", function () {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it("refuses the native runtime when config.json does not describe the weights' forward", async () => {
+  it("rotates by the checkpoint's own frequencies (rope_inv_freq), whatever config.json says of rope", async () => {
     const checkpoint = reference["llama3-scaled"]!;
-    const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+    // config.json's rope settings do not enter the native forward: with them dropped or naming a
+    // scaling the runtime does not know, the load-time check still finds the checkpoint's forward.
+    for (const ropeScaling of [null, { rope_type: "yarn", factor: 4 }]) {
+      const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+      try {
+        const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+        const choice = await model.configure({
+          contextLength: 64,
+          runtime: "native",
+          architecture: "llama",
+          dtype: checkpoint.dtype,
+          modelConfig: { ...config, rope_scaling: ropeScaling },
+        });
+        expect(choice.runtime).to.equal("native");
+      } finally {
+        await model.dispose();
+      }
+    }
+  });
+
+  it("refuses the native runtime for a llama layout without the rope_inv_freq buffer, naming it", async () => {
+    // The llama-gqa checkpoint rebuilt with its frequencies as a plain attribute: the
+    // TorchScript forward still runs, but nothing tells the native runtime how to rotate.
+    const file = join(dir, "llama-no-rope-buffer.pt");
+    const code = `
+import dataclasses, json, sys, torch
+sys.path.insert(0, ${JSON.stringify(join(repoRoot, "python"))})
+from torchserve_node import llama
+files = {"config.json": ""}
+scripted = torch.jit.load(sys.argv[1], _extra_files=files)
+config = json.loads(files["config.json"])
+names = {f.name for f in dataclasses.fields(llama.LlamaConfig)} & set(config)
+model = llama.LlamaLM(llama.LlamaConfig(**{k: config[k] for k in names}))
+model.load_state_dict(scripted.state_dict())
+model.rope_inv_freq = model._buffers.pop("rope_inv_freq")
+torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
+`;
+    const made = spawnSync("/usr/bin/python3", ["-c", code, reference["llama-gqa"]!.file, file], { encoding: "utf8" });
+    expect(made.status, made.stderr).to.equal(0);
+    const settings = { contextLength: 64, architecture: "llama", dtype: "float32" as const };
+    const model = await addon.loadLanguageModel(file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
     try {
       const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
-      const settings = { contextLength: 64, runtime: "native" as const, architecture: "llama", dtype: checkpoint.dtype };
-      // Without its rope scaling, the native forward is not the checkpoint's: the load-time check says so.
-      const unscaled = await rejection(model.configure({ ...settings, modelConfig: { ...config, rope_scaling: null } }));
-      expect(unscaled.code).to.equal("ERR_CHECKPOINT_INTERFACE");
-      expect(unscaled.message).to.include("disagrees");
-      const yarn = await rejection(
-        model.configure({ ...settings, modelConfig: { ...config, rope_scaling: { rope_type: "yarn", factor: 4 } } }),
-      );
-      expect(yarn.code).to.equal("ERR_CHECKPOINT_INTERFACE");
-      expect(yarn.message).to.include("rope_scaling type \"yarn\"");
+      const native = await rejection(model.configure({ ...settings, runtime: "native", modelConfig: config }));
+      expect(native.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+      expect(native.message).to.include("rope_inv_freq");
+      const auto = await model.configure({ ...settings, runtime: "auto", modelConfig: config });
+      expect(auto.runtime).to.equal("torchscript");
+      expect(auto.note).to.include("rope_inv_freq");
     } finally {
       await model.dispose();
     }

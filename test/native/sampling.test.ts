@@ -1,6 +1,6 @@
 /**
  * The addon's sampling controls against the Python reference's goldens
- * (scripts/model/make_sampling_golden.py), on both runtimes: penalised greedy tokens exactly
+ * (test/model/python/make_sampling_golden.py), on both runtimes: penalised greedy tokens exactly
  * (every golden margin is far above float differences between CPUs), raw log-probabilities
  * within the golden's tolerance, and top-k/top-p/min-p never sampling outside the set the
  * reference keeps.

@@ -28,7 +28,8 @@ computes in float16 like transformers.
 Parameter names (read by name by a native runtime; docs/checkpoint.md lists them):
 embed.weight, layers.N.{attn_norm, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate_proj,
 up_proj, down_proj}.weight (+ q/k/v_proj.bias when qkv_bias), norm.weight, lm_head.weight
-(absent when tied); buffer rope_inv_freq [head_dim/2] float32.
+(absent when tied); buffer rope_inv_freq [head_dim/2] float32: the rope scaling is computed
+here once, and the native runtime rotates by this buffer too.
 """
 
 import math

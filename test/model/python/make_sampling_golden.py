@@ -1,6 +1,6 @@
 """Goldens of the sampling controls on the committed tiny fixture (one command):
 
-    /usr/bin/python3 scripts/model/make_sampling_golden.py [--out test/fixtures/tiny-gpt.sampling.golden.json]
+    /usr/bin/python3 test/model/python/make_sampling_golden.py [--out test/fixtures/tiny-gpt.sampling.golden.json]
 
 Reads test/fixtures/tiny-gpt.pt (written by make_fixture.py) and writes, from reference.py:
   penalised   greedy continuations under repetition/presence/frequency penalties (exact
@@ -21,12 +21,12 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import torch  # noqa: E402
-import reference  # noqa: E402
-from reference import SamplingSettings  # noqa: E402
+from torchserve_node import reference  # noqa: E402
+from torchserve_node.reference import SamplingSettings  # noqa: E402
 
 FLOAT_TOLERANCE = 1e-4
 MARGIN = 10 * FLOAT_TOLERANCE
@@ -112,8 +112,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     ckpt = reference.load(os.path.join(ROOT, "test", "fixtures", "tiny-gpt.pt"))
     golden = {
-        "about": "Sampling-control goldens from scripts/model/reference.py on tiny-gpt.pt "
-                 "(regenerate with scripts/model/make_sampling_golden.py). Tokens compare exactly "
+        "about": "Sampling-control goldens from python/torchserve_node/reference.py on tiny-gpt.pt "
+                 "(regenerate with test/model/python/make_sampling_golden.py). Tokens compare exactly "
                  "(every margin >= 10x float_tolerance); log-probabilities within float_tolerance.",
         "float_tolerance": FLOAT_TOLERANCE,
         "penalised": penalised_cases(ckpt),

@@ -14,11 +14,11 @@ import zipfile
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import export_hf  # noqa: E402
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python")]
 import make_hf_fixture  # noqa: E402
-from export_gpt import ExportError  # noqa: E402
-from safetensors_io import SafetensorsError, load_file, load_model_dir, save_file  # noqa: E402
+from torchserve_node import architectures, export_hf  # noqa: E402
+from torchserve_node.export_gpt import ExportError  # noqa: E402
+from torchserve_node.safetensors_io import SafetensorsError, load_file, load_model_dir, save_file  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -108,6 +108,20 @@ class ExportTest(unittest.TestCase):
         with self.assertRaisesRegex(ExportError, pattern):
             export_hf.export(d, os.path.join(self.tmp.name, "bad.pt"), quiet=True, **kw)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "bad.pt")))
+
+    def test_every_architecture_of_the_table_exports_to_its_checkpoint_architecture(self):
+        # architectures.json is the one list of what the exporter accepts (the native
+        # registry's test reads it too): each Hugging Face architecture in it has a fixture
+        # here, and its export records the checkpoint architecture the table maps it onto.
+        fixture_of = {}
+        for name, spec in make_hf_fixture.SPECS.items():
+            fixture_of.setdefault(spec["arch"], name)
+        self.assertEqual(set(fixture_of), set(architectures.HUGGINGFACE))
+        self.assertEqual(set(export_hf.BUILDERS), set(architectures.ARCHITECTURES))
+        for hf_arch, name in sorted(fixture_of.items()):
+            cfg, _ = self.export(name)
+            self.assertEqual((cfg["architecture"], cfg["hf_architecture"]),
+                             (architectures.HUGGINGFACE[hf_arch], hf_arch))
 
     def test_llama3_config_records_tokenizer_eos_list_bos_and_template(self):
         cfg, out = self.export("llama3-bf16")

@@ -1,6 +1,6 @@
 """Python-side tests of the model tooling.
 
-    /usr/bin/python3 -m unittest discover -s scripts/model -p 'test_*.py'
+    /usr/bin/python3 -m unittest discover -s test/model/python -p 'test_*.py'
 """
 
 import filecmp
@@ -19,12 +19,11 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "scripts", "model")]
 import brown  # noqa: E402
-import export_gpt  # noqa: E402
-import reference  # noqa: E402
-from gpt import GPT, GPTConfig  # noqa: E402
+from torchserve_node import export_gpt, reference  # noqa: E402
+from torchserve_node.gpt import GPT, GPTConfig  # noqa: E402
 
 torch.set_num_threads(1)
 TINY = GPTConfig(vocab_size=259, block_size=32, n_layer=2, n_head=2, n_embd=16)

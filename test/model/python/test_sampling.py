@@ -8,14 +8,13 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [HERE, os.path.join(ROOT, "python")]
 
 import torch  # noqa: E402
-import export_gpt  # noqa: E402
 import make_sampling_golden  # noqa: E402
-import reference  # noqa: E402
-from reference import SamplingSettings  # noqa: E402
+from torchserve_node import export_gpt, reference  # noqa: E402
+from torchserve_node.reference import SamplingSettings  # noqa: E402
 
 
 class SamplingControlsTest(unittest.TestCase):

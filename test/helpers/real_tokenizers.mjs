@@ -8,7 +8,7 @@
  *          vocabulary and merges embedded in `llama-tokenizer-js`, in the layout
  *          transformers writes for LlamaTokenizerFast (legacy normalizer Prepend + Replace)
  *
- *   node scripts/model/real_tokenizers.mjs gpt2|llama OUT.json
+ *   node test/helpers/real_tokenizers.mjs gpt2|llama OUT.json
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -103,7 +103,7 @@ export async function llamaTokenizerJson() {
 async function main(argv) {
   const [kind, out] = argv;
   if ((kind !== "gpt2" && kind !== "llama") || !out) {
-    console.error("usage: node scripts/model/real_tokenizers.mjs gpt2|llama OUT.json");
+    console.error("usage: node test/helpers/real_tokenizers.mjs gpt2|llama OUT.json");
     return 2;
   }
   const json = kind === "gpt2" ? gpt2TokenizerJson() : await llamaTokenizerJson();

@@ -21,13 +21,11 @@ import unittest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import export_hf  # noqa: E402
-import hf_reference  # noqa: E402
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python")]
 import make_hf_fixture  # noqa: E402
-import reference  # noqa: E402
-from llama import rope_inv_freq  # noqa: E402
-from safetensors_io import load_model_dir  # noqa: E402
+from torchserve_node import export_hf, hf_reference, reference  # noqa: E402
+from torchserve_node.llama import rope_inv_freq  # noqa: E402
+from torchserve_node.safetensors_io import load_model_dir  # noqa: E402
 
 torch.set_num_threads(1)
 LLAMA_FIXTURES = ("llama-gqa", "llama3-bf16", "qwen2", "mistral")

@@ -1,7 +1,7 @@
 """Tiny random-weight models in Hugging Face layout, as a user downloads them, for tests.
 
-    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR [--only NAME ...] [--export]
-    /usr/bin/python3 scripts/model/make_hf_fixture.py OUT_DIR --native-set
+    /usr/bin/python3 test/model/python/make_hf_fixture.py OUT_DIR [--only NAME ...] [--export]
+    /usr/bin/python3 test/model/python/make_hf_fixture.py OUT_DIR --native-set
 
 Writes OUT_DIR/NAME/ with config.json (architectures, torch_dtype, ...), safetensors weights
 (sharded with model.safetensors.index.json where noted), tokenizer.json,
@@ -40,10 +40,10 @@ from typing import Dict, List, Optional
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import hf_reference  # noqa: E402
-import hf_tokenizer  # noqa: E402
-from safetensors_io import save_file, save_sharded  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from torchserve_node import export_hf, hf_reference, hf_tokenizer  # noqa: E402
+from torchserve_node.safetensors_io import load_model_dir, save_file, save_sharded  # noqa: E402
 
 LLAMA2_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'user' %}"
                    "{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"
@@ -277,8 +277,6 @@ def _cases(logits_of) -> List[dict]:
 def native_llama(name: str, out_dir: str) -> dict:
     """NATIVE_SPECS[name] in Hugging Face layout, exported by export_hf.py; the reference is
     hf_reference.py in float32 on the weights as stored."""
-    import export_hf
-    from safetensors_io import load_model_dir
     spec = NATIVE_SPECS[name]
     path = make(name, out_dir, spec)
     export_hf.export(path, path + ".pt", quiet=True)
@@ -293,7 +291,7 @@ def native_llama(name: str, out_dir: str) -> dict:
 def native_gpt16(out_dir: str, name: str, dtype: str) -> dict:
     """test/fixtures/tiny-gpt.pt with its weights rounded to a 16-bit dtype; the reference is
     its own forward in float32 on the rounded weights."""
-    source = os.path.join(HERE, "..", "..", "test", "fixtures", "tiny-gpt.pt")
+    source = os.path.join(ROOT, "test", "fixtures", "tiny-gpt.pt")
     files = {"config.json": ""}
     model = torch.jit.load(source, map_location="cpu", _extra_files=files)
     config = dict(json.loads(files["config.json"]), dtype=dtype)
@@ -335,7 +333,6 @@ def main(argv=None):
         path = make(name, args.out_dir)
         print(path)
         if args.export:
-            import export_hf
             export_hf.export(path, path + ".pt", quiet=True)
     return 0
 

@@ -3,7 +3,7 @@
  * node-llama-cpp, its prebuilt CPU binaries; nothing is built or downloaded), to check
  * export_gguf.py against the project's reference on the same weights.
  *
- *   node scripts/model/llamacpp_greedy.mjs JOBS.json
+ *   node test/helpers/llamacpp_greedy.mjs JOBS.json
  *
  * JOBS.json: [{"gguf": path, "prompts": [[ids...]...], "maxNewTokens": n, "texts": [str...]}]
  * Prints one JSON array: per job {"outputs": [[ids...]...], "tokens": [[ids...]...]}, where
