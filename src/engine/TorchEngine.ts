@@ -8,7 +8,6 @@ import { verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawSamplingSettings } from "../native/types.js";
-import { readEngineEnv } from "../server/config.js";
 import type {
   ChatTemplate,
   Completion,
@@ -480,24 +479,4 @@ function checkpointDtype(config: ModelConfig): "float32" | "bfloat16" | "float16
  */
 export function defaultThreads(): number {
   return Math.min(8, Math.max(1, availableParallelism() - 1));
-}
-
-/**
- * Builds the engine from the environment, read by the server's one reader
- * (src/server/config.ts): SERVICE_CKPT (required), SERVICE_DEVICE (default "cpu"),
- * SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
- * (default "auto"), SERVICE_KERNELS (default "auto"), SERVICE_KV_BUDGET_MB and
- * SERVICE_STEP_TOKENS (defaults: the engine's).
- */
-export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
-  const settings = readEngineEnv(env);
-  if (!settings.checkpoint) {
-    throw new ServingError(
-      "ERR_CONFIG",
-      "SERVICE_CKPT is not set: point it at a language-model checkpoint (.pt, see docs/checkpoint.md), " +
-        "for example SERVICE_CKPT=models/brown-gpt.pt",
-    );
-  }
-  const { checkpoint, device, threads, runtime, kernels, kvBudgetMb, stepTokens } = settings;
-  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, kvBudgetMb, stepTokens });
 }

@@ -13,7 +13,6 @@ import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { RawAddon, RawModule, RawTensor, RawValue } from "../native/types.js";
-import { readRecommenderEnv } from "../server/config.js";
 import type { Recommendation, Recommender } from "../types.js";
 
 export const RECOMMENDER_FORMAT = "torchserve-node/recommender";
@@ -436,25 +435,6 @@ export class TorchRecommender implements Recommender {
     let next = 0;
     return batch.map((q) => (q.expired ? [] : rows[next++]!));
   }
-}
-
-/**
- * Builds a recommender from the environment, read by the server's one reader
- * (src/server/config.ts): RECSYS_CKPT (required), RECSYS_DEVICE (default "cpu"),
- * RECSYS_LATENCY_BUDGET_MS (default 100).
- */
-export async function createRecommenderFromEnv(
-  env: NodeJS.ProcessEnv = process.env,
-  options: Omit<TorchRecommenderOptions, "device"> = {},
-): Promise<TorchRecommender> {
-  const { checkpoint: path, device, latencyBudgetMs } = readRecommenderEnv(env);
-  if (!path) {
-    throw new ServingError(
-      "ERR_CONFIG",
-      "RECSYS_CKPT is not set: point it at a recommender checkpoint (for example models/recsys-demo.pt)",
-    );
-  }
-  return TorchRecommender.load(path, { latencyBudgetMs, ...options, device });
 }
 
 function interfaceError(message: string): ServingError {

@@ -2,7 +2,6 @@ export {
   RECOMMENDER_FORMAT,
   RECOMMENDER_INTERFACE_VERSION,
   TorchRecommender,
-  createRecommenderFromEnv,
   type FallbackReason,
   type MovieInfo,
   type RatingEvent,

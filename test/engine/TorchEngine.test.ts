@@ -8,7 +8,7 @@
  */
 import { expect } from "chai";
 
-import { TorchEngine, createEngineFromEnv } from "../../src/engine/TorchEngine.js";
+import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
 import { loadAddon } from "../../src/native/binding.js";
 import type { KernelFamily } from "../../src/native/types.js";
@@ -268,56 +268,5 @@ describe("TorchEngine stops and checkpoints", () => {
       expect(err.code, file).to.equal(code);
       expect(err.message, file).to.match(words);
     }
-  });
-});
-
-describe("createEngineFromEnv", () => {
-  it("names SERVICE_CKPT when it is missing", async () => {
-    const err = await rejection(createEngineFromEnv({}));
-    expect(err.code).to.equal("ERR_CONFIG");
-    expect(err.message).to.include("SERVICE_CKPT");
-  });
-
-  it("defaults SERVICE_DEVICE to cpu and SERVICE_RUNTIME to auto", async () => {
-    const engine = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
-    try {
-      expect(engine.device).to.equal(device);
-      expect(engine.runtime).to.equal("native");
-    } finally {
-      await engine.dispose();
-    }
-  });
-
-  it("selects the device and runtime named by the environment, with clear errors", async () => {
-    const script = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "torchscript" });
-    expect(script.runtime).to.equal("torchscript");
-    await script.dispose();
-    const cuda = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" }));
-    // On a CPU-only build: the clear startup error. On a GPU host this would load instead.
-    expect(cuda.code).to.equal("ERR_DEVICE");
-    expect(cuda.message).to.include("cuda");
-    const runtime = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "fast" }));
-    expect(runtime.code).to.equal("ERR_CONFIG");
-    const threads = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_THREADS: "two" }));
-    expect(threads.message).to.include("SERVICE_THREADS");
-  });
-
-  it("caps the native kernel family with SERVICE_KERNELS", async () => {
-    const capped = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "baseline" });
-    try {
-      expect(capped.runtime).to.equal("native");
-      expect(capped.kernels).to.equal("baseline");
-    } finally {
-      await capped.dispose();
-    }
-    const best = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
-    try {
-      expect(best.kernels).to.equal(loadAddon().kernelFamilies[0]);
-    } finally {
-      await best.dispose();
-    }
-    const bad = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "sse" }));
-    expect(bad.code).to.equal("ERR_CONFIG");
-    expect(bad.message).to.include("SERVICE_KERNELS");
   });
 });
