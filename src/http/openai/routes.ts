@@ -1,26 +1,18 @@
 /**
- * GET /v1/models, POST /v1/completions and POST /v1/chat/completions. Whole responses go
- * through the app's dynamic batcher for /v1 (one engine call per batch; n choices are n rows
- * sharing one prefill); streams take the stream path (not batched), as /generate/stream.
+ * GET /v1/models, POST /v1/completions and POST /v1/chat/completions: wire adapters over the
+ * app's one generation pipeline (../generation.ts), as /generate and /generate/stream are.
+ * Whole responses go through the dynamic batcher (one engine call per batch; n choices are n
+ * rows sharing one prefill); streams are not batched.
  */
-import { performance } from "node:perf_hooks";
 import type { RequestHandler, Response } from "express";
-import type { Batcher } from "../../batching/Batcher.js";
-import { ServingError, asServingError } from "../../errors.js";
-import type { ChatTemplate, Completion, CompletionChunk, CompletionRequest } from "../../types.js";
-import { disconnectSignal } from "../disconnect.js";
-import type { StreamAdmission } from "../admission.js";
-import type { InFlight } from "../inFlight.js";
-import type { LoggerLike } from "../logger.js";
-import type { GenerateMetrics } from "../metrics.js";
-import { arrivalOf, routeOf } from "../requestContext.js";
-import { DONE_EVENT, dataEvent, openEventStream, writeEvent } from "../sse.js";
-import { ABORTED, closeIterator, nextStep } from "../streamRoute.js";
-import type { Completer } from "./completer.js";
+import { ServingError } from "../../errors.js";
+import type { ChatTemplate, CompletionChunk, CompletionRequest } from "../../types.js";
+import { completeAll, streamCompletion, type Generation } from "../generation.js";
 import { openAiError as openAiErrorBody } from "./errors.js";
 import { jsonBody } from "../jsonBody.js";
 import { RETRY_AFTER, json, ref, type RouteDescriptor } from "../routes.js";
 import { MAX_BODY_BYTES, type JsonSchema } from "../schemas.js";
+import { dataEvent } from "../sse.js";
 import { chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
 import { parseChat, parseCompletion } from "./requests.js";
 import {
@@ -35,18 +27,12 @@ import {
 } from "./responses.js";
 
 export interface OpenAiDeps {
-  readonly completer: Completer;
-  readonly batcher: Batcher<CompletionRequest, Completion>;
+  /** The app's generation pipeline, shared with /generate and /generate/stream. */
+  readonly generation: Generation;
   readonly modelName: string;
   readonly chatTemplate: ChatTemplate | undefined;
-  readonly metrics: GenerateMetrics;
-  readonly streams: InFlight;
-  /** Shared with /generate/stream: MAX_ACTIVE_STREAMS counts both. */
-  readonly admission: StreamAdmission;
-  readonly logger: LoggerLike;
   /** When the app was created: the model's `created`. */
   readonly createdAt: number;
-  isServing(): boolean;
 }
 
 /** Component schemas of the /v1 routes' documentation. */
@@ -156,13 +142,13 @@ function completionsHandler(deps: OpenAiDeps): RequestHandler {
       });
       return;
     }
-    const completions = await submitAll(deps, res, parsed.requests);
+    const completions = await completeAll(deps.generation, res, parsed.requests);
     if (!completions) return;
     let index = 0;
     const choices = completions.flatMap((completion, p) =>
       completion.choices.map((choice) => completionChoice(choice, index++, parsed.echo ? parsed.requests[p]!.prompt : "")),
     );
-    res.json({ ...head, choices, ...(deps.completer.countsTokens ? { usage: totalUsage(completions) } : {}) });
+    res.json({ ...head, choices, ...(deps.generation.engine.countsTokens ? { usage: totalUsage(completions) } : {}) });
   };
 }
 
@@ -187,7 +173,7 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
       });
       return;
     }
-    const completions = await submitAll(deps, res, [parsed.request]);
+    const completions = await completeAll(deps.generation, res, [parsed.request]);
     if (!completions) return;
     const completion = completions[0]!;
     res.json({
@@ -197,7 +183,7 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
       model: deps.modelName,
       system_fingerprint: null,
       choices: completion.choices.map((choice, index) => chatChoice(choice, index)),
-      ...(deps.completer.countsTokens ? { usage: totalUsage(completions) } : {}),
+      ...(deps.generation.engine.countsTokens ? { usage: totalUsage(completions) } : {}),
     });
   };
 }
@@ -211,7 +197,7 @@ function checkModel(deps: OpenAiDeps, model: string): void {
 /** A token id outside the vocabulary is this request's 400, never a failed batch for its neighbours. */
 function checkTokenIds(deps: OpenAiDeps, requests: readonly CompletionRequest[]): void {
   if (!requests.some((request) => request.promptTokens)) return;
-  const size = deps.completer.vocabularySize;
+  const size = deps.generation.engine.vocabularySize;
   const problem =
     size === undefined
       ? "this engine takes text prompts only"
@@ -229,18 +215,6 @@ function openingEcho(n: number, prompt: string) {
   return Array.from({ length: n }, (_unused, index) => ({ index, text: prompt, logprobs: null, finish_reason: null }));
 }
 
-/** Every prompt through the batcher (they usually share one batch); undefined when the client left. */
-async function submitAll(deps: OpenAiDeps, res: Response, requests: CompletionRequest[]): Promise<Completion[] | undefined> {
-  const signal = disconnectSignal(res);
-  try {
-    const completions = await Promise.all(requests.map((request) => deps.batcher.submit({ ...request, signal }, signal)));
-    return signal.aborted ? undefined : completions;
-  } catch (err) {
-    if (signal.aborted) return undefined;
-    throw err;
-  }
-}
-
 interface ChunkFormat {
   /** Events sent when the stream opens (chat: each choice's role). */
   opening(): object[];
@@ -248,11 +222,10 @@ interface ChunkFormat {
   usage(usage: ReturnType<typeof usageOf>): object;
 }
 
-
 /**
- * The SSE loop of the /v1 streams: the 200 is committed at the first chunk (an engine that
- * fails at once answers a proper error); a failure after that is a `data: {"error": ...}`
- * event (what the OpenAI clients raise as an APIError), then the stream ends.
+ * A /v1 stream: `data: {chunk}` events, with include_usage a last chunk with `usage` and no
+ * choices, then [DONE]; a failure after the first chunk is a `data: {"error": ...}` event (what
+ * the OpenAI clients raise as an APIError), then the stream ends.
  */
 async function streamChunks(
   deps: OpenAiDeps,
@@ -261,54 +234,13 @@ async function streamChunks(
   includeUsage: boolean,
   format: ChunkFormat,
 ): Promise<void> {
-  if (!deps.isServing()) throw new ServingError("ERR_NOT_SERVING", "not serving: the app is not started or is stopping");
-  const release = deps.admission.admit(routeOf(res));
-  const streamLeave = deps.streams.enter();
-  const leave = () => {
-    streamLeave();
-    release();
-  };
-  const signal = disconnectSignal(res);
-  const iterator = deps.completer.completeStream({ ...request, signal }, signal)[Symbol.asyncIterator]();
-  const { metrics } = deps;
-  let ended = false;
-  const next = () => nextStep(iterator, signal);
-  try {
-    let step = await next();
-    if (step === ABORTED) return void metrics.streamCancelled.inc();
-    openEventStream(res);
-    let last = performance.now();
-    metrics.timeToFirstToken.observe((last - arrivalOf(res)) / 1000);
-    let promptTokens = 0;
-    let completionTokens = 0;
-    try {
-      for (const event of format.opening()) await writeEvent(res, dataEvent(event), signal);
-      while (!step.done) {
-        const chunk = step.value;
-        if (chunk.promptTokens !== undefined) promptTokens = chunk.promptTokens;
-        completionTokens += chunk.completionTokens ?? 0;
-        if (chunk.text || chunk.finishReason || chunk.logprobs?.length) {
-          await writeEvent(res, dataEvent(format.chunk(chunk)), signal);
-        }
-        if (signal.aborted) return void metrics.streamCancelled.inc();
-        step = await next();
-        if (step === ABORTED) return void metrics.streamCancelled.inc();
-        const at = performance.now();
-        metrics.interToken.observe((at - last) / 1000);
-        last = at;
-      }
-      if (includeUsage && deps.completer.countsTokens) {
-        await writeEvent(res, dataEvent(format.usage(usageOf(promptTokens, completionTokens))), signal);
-      }
-      ended = true;
-      res.end(DONE_EVENT);
-    } catch (err) {
-      const serving = asServingError(err);
-      deps.logger.error({ err, code: serving.code }, "stream failed after its first piece");
-      res.end(dataEvent(openAiErrorBody(serving).body));
-    }
-  } finally {
-    leave();
-    if (!ended) closeIterator(iterator, deps.logger);
-  }
+  const countsTokens = deps.generation.engine.countsTokens;
+  await streamCompletion(deps.generation, res, request, {
+    opening: () => format.opening().map(dataEvent),
+    chunk: (chunk) =>
+      chunk.text || chunk.finishReason || chunk.logprobs?.length ? dataEvent(format.chunk(chunk)) : undefined,
+    closing: ({ promptTokens, completionTokens }) =>
+      includeUsage && countsTokens ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens)))] : [],
+    failure: (err) => dataEvent(openAiErrorBody(err).body),
+  });
 }
