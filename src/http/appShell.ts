@@ -2,21 +2,22 @@
  * What both apps share: request metrics and ids, /health, /ready, /metrics, /openapi.json, API
  * keys and the rate-limit middleware in front of every other route, a JSON 404, 405 with
  * Allow, a JSON error handler, and the start()/stop() lifespan hooks. Routes are registered
- * as descriptors (routes.ts); the OpenAPI document and the 405 answers come from that list.
+ * as descriptors (routes.ts); the OpenAPI document, the 405 answers and the error format of
+ * each request come from that list.
  */
 import express, { type RequestHandler } from "express";
 import type { Registry } from "prom-client";
 import { ServingError } from "../errors.js";
 import type { RateLimiter, ServingApp } from "../types.js";
-import { errorHandler, sendError } from "./errorResponse.js";
+import { PROJECT_ERRORS, errorHandler, sendError, type ErrorFormat } from "./errorResponse.js";
 import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, createHttpMetrics, createRegistry, type HttpMetrics } from "./metrics.js";
 import { apiKeyAuth } from "./apiKeys.js";
 import { rateLimit } from "./rateLimit.js";
 import { Readiness } from "./readiness.js";
 import { labelRoute, observeRequests } from "./requestContext.js";
-import { SHARED_SCHEMAS, json, openApiDocument, ref, type RouteDescriptor } from "./routes.js";
-import type { JsonSchema } from "./schemas.js";
+import { openApiDocument } from "./openapiDocument.js";
+import { json, ref, type RouteDescriptor } from "./routes.js";
 
 export interface ShellOptions {
   rateLimiter?: RateLimiter | null;
@@ -38,27 +39,31 @@ export interface AppShell {
   readonly metrics: HttpMetrics;
   readonly logger: LoggerLike;
   readonly readiness: Readiness;
+  /** Every route registered so far, in order. */
+  readonly routes: readonly RouteDescriptor[];
   /** Registers routes (guarded unless `open`), each labelled in metrics by its template. */
   register(routes: readonly RouteDescriptor[]): void;
-  /** Adds /openapi.json (of every route registered), the 404 and the error handler, and the lifespan: the app is done. */
-  finish(document: { title: string; schemas: Record<string, JsonSchema> }, lifespan: Lifespan): ServingApp;
+  /** Adds /openapi.json (of every route registered, titled `title`), the 404 and the error handler, and the lifespan: the app is done. */
+  finish(title: string, lifespan: Lifespan): ServingApp;
 }
 
 export function createAppShell(options: ShellOptions = {}): AppShell {
   const logger = options.logger ?? silentLogger;
   const registry = createRegistry();
   const metrics = createHttpMetrics(registry);
-  // Every route's path as a pattern, with its methods: a known path asked with another
-  // method is a 405 with Allow, not a 404.
-  const known: { pattern: RegExp; methods: Set<string> }[] = [];
+  // Every route's path as a pattern, with its methods and error format: a known path asked
+  // with another method is a 405 with Allow (in that path's format), not a 404.
+  const known: { pattern: RegExp; methods: Set<string>; errors: ErrorFormat }[] = [];
   const routes: RouteDescriptor[] = [];
-  const remember = (method: string, path: string) => {
+  const remember = (route: RouteDescriptor) => {
+    const { method, path } = route;
     const source = `^${path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:\w+/g, "[^/]+")}$`;
     let entry = known.find((k) => k.pattern.source === source);
-    if (!entry) known.push((entry = { pattern: new RegExp(source), methods: new Set() }));
+    if (!entry) known.push((entry = { pattern: new RegExp(source), methods: new Set(), errors: route.errors ?? PROJECT_ERRORS }));
     entry.methods.add(method.toUpperCase());
     if (method === "get") entry.methods.add("HEAD");
   };
+  const knownPath = (path: string) => known.find((k) => k.pattern.test(path));
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
@@ -74,18 +79,23 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
   const front = [auth, limiter].filter((handler): handler is RequestHandler => handler !== null);
   // The route label is set in the same router layer as the first handler: one layer fewer
   // per request than a separate labelling middleware.
-  const guarded = (route: string, handlers: RequestHandler[]): RequestHandler[] => {
+  const guarded = (
+    route: string,
+    errors: Parameters<typeof labelRoute>[1],
+    handlers: RequestHandler[],
+  ): RequestHandler[] => {
     const [first, ...rest] = [...front, ...handlers];
-    return [labelRoute(route, first!), ...rest];
+    return [labelRoute(route, errors, first!), ...rest];
   };
 
   const register = (list: readonly RouteDescriptor[]): void => {
     for (const route of list) {
       routes.push(route);
-      remember(route.method, route.path);
+      remember(route);
+      const errors = route.errors ?? PROJECT_ERRORS;
       const handlers = route.open
-        ? [labelRoute(route.path, route.handlers[0]!), ...route.handlers.slice(1)]
-        : guarded(route.path, route.handlers);
+        ? [labelRoute(route.path, errors, route.handlers[0]!), ...route.handlers.slice(1)]
+        : guarded(route.path, errors, route.handlers);
       app[route.method](route.path, ...handlers);
     }
   };
@@ -158,7 +168,8 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
     logger,
     readiness,
     register,
-    finish(document, lifespan) {
+    routes,
+    finish(title, lifespan) {
       let openapi: object | undefined;
       register([
         {
@@ -176,15 +187,11 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
           ],
         },
       ]);
-      openapi = openApiDocument(routes, {
-        title: document.title,
-        schemas: { ...document.schemas, ...SHARED_SCHEMAS },
-        rateLimited: limiter !== null,
-        authenticated: auth !== null,
-      });
+      openapi = openApiDocument(routes, { title, rateLimited: limiter !== null, authenticated: auth !== null });
       app.locals["openapi"] = openapi;
+      app.locals["routes"] = routes;
       const unmatched: RequestHandler = (req, res) => {
-        const allowed = known.find((k) => k.pattern.test(req.path))?.methods;
+        const allowed = knownPath(req.path)?.methods;
         if (allowed) {
           res.setHeader("Allow", [...allowed].join(", "));
           sendError(res, new ServingError("ERR_METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${req.path}`));
@@ -192,7 +199,7 @@ export function createAppShell(options: ShellOptions = {}): AppShell {
         }
         sendError(res, new ServingError("ERR_NOT_FOUND", `No route for ${req.method} ${req.path}`));
       };
-      app.use(...guarded(UNMATCHED_ROUTE, [unmatched]));
+      app.use(...guarded(UNMATCHED_ROUTE, (req) => knownPath(req.path)?.errors ?? PROJECT_ERRORS, [unmatched]));
       app.use(errorHandler(logger));
       // Readiness follows the lifespan: ready once started, not ready as soon as stop() begins.
       return Object.assign(app, {

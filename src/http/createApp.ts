@@ -14,9 +14,8 @@ import type { Generation } from "./generation.js";
 import { InFlight } from "./inFlight.js";
 import type { LoggerLike } from "./logger.js";
 import { createGenerateMetrics } from "./metrics.js";
-import { generateRequestSchema, generateResponseSchema, streamChunkSchema } from "./schemas.js";
 import { mountPlayground } from "./playground/index.js";
-import { OPENAI_SCHEMAS, openAiRoutes } from "./openai/routes.js";
+import { openAiRoutes } from "./openai/routes.js";
 
 export interface GenerateAppOptions extends CreateAppOptions {
   /** pino-compatible; silent by default. */
@@ -59,25 +58,14 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
   );
   mountPlayground(shell, "text");
 
-  return shell.finish(
-    {
-      title: "Text generation",
-      schemas: {
-        GenerateRequest: generateRequestSchema,
-        GenerateResponse: generateResponseSchema,
-        StreamChunk: streamChunkSchema,
-        ...OPENAI_SCHEMAS,
-      },
+  return shell.finish("Text generation", {
+    async start() {
+      batcher.start();
+      serving = true;
     },
-    {
-      async start() {
-        batcher.start();
-        serving = true;
-      },
-      async stop() {
-        serving = false;
-        await Promise.all([batcher.stop(), streams.idle()]);
-      },
+    async stop() {
+      serving = false;
+      await Promise.all([batcher.stop(), streams.idle()]);
     },
-  );
+  });
 }

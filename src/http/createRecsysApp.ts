@@ -66,6 +66,7 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
     {
       method: "get",
       path: "/recommend/:user_id",
+      schemas: { RecommendResponse: recommendResponseSchema },
       doc: {
         summary: "Recommend movies for a user.",
         operationId: "recommend",
@@ -83,6 +84,7 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
     {
       method: "get",
       path: "/movies",
+      schemas: { MoviesResponse: moviesResponseSchema },
       doc: {
         summary: "Titles and genres of movies (read-only, for display).",
         operationId: "movies",
@@ -100,6 +102,7 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
     {
       method: "get",
       path: "/users/:user_id/history",
+      schemas: { HistoryResponse: historyResponseSchema },
       doc: {
         summary: "A user's most recent ratings stored with the model (read-only, for display).",
         operationId: "userHistory",
@@ -117,7 +120,7 @@ export function createRecsysApp(recommender: Recommender, options: RecsysAppOpti
   ]);
   mountPlayground(shell, "recsys");
 
-  return shell.finish({ title: "Recommendations", schemas: { RecommendResponse: recommendResponseSchema, MoviesResponse: moviesResponseSchema, HistoryResponse: historyResponseSchema } }, {
+  return shell.finish("Recommendations", {
     async start() {
       serving = true;
     },

@@ -1,14 +1,23 @@
 /**
- * Every error leaves as JSON: `{"detail": [issues], "code": "ERR_VALIDATION"}` for 422 and
- * `{"detail": "message", "code": "ERR_..."}` otherwise (FastAPI-like). Messages of internal
- * failures stay in the log, not on the wire.
+ * Every error leaves as JSON, in the error format of the route that answers (a route
+ * descriptor's `errors`): by default `{"detail": [issues], "code": "ERR_VALIDATION"}` for 422
+ * and `{"detail": "message", "code": "ERR_..."}` otherwise (FastAPI-like). Messages of
+ * internal failures stay in the log, not on the wire.
  */
 import type { ErrorRequestHandler, Response } from "express";
 import { ServingError, asServingError } from "../errors.js";
 import type { LoggerLike } from "./logger.js";
-import { isOpenAiPath, openAiError } from "./openai/errors.js";
-import { requestIdOf } from "./requestContext.js";
+import { errorFormatOf, requestIdOf } from "./requestContext.js";
+import { errorSchema, type JsonSchema } from "./schemas.js";
 import { invalid } from "./validation.js";
+
+/** How a route answers errors: a status and JSON body for each, and the schema documenting them. */
+export interface ErrorFormat {
+  answer(err: ServingError): { status: number; body: unknown };
+  /** The component schema of its bodies in the OpenAPI document. */
+  readonly schemaName: string;
+  readonly schema: JsonSchema;
+}
 
 export interface ErrorBody {
   detail: unknown;
@@ -24,17 +33,20 @@ export function errorBody(err: ServingError): ErrorBody {
   return { detail: exposed ? err.message : "Internal Server Error", code: err.code };
 }
 
+/** The project's format, of every route that names no other. */
+export const PROJECT_ERRORS: ErrorFormat = {
+  answer: (err) => ({ status: err.status, body: errorBody(err) }),
+  schemaName: "Error",
+  schema: errorSchema,
+};
+
+/** Answers `err` in the format of the request's route. */
 export function sendError(res: Response, err: ServingError): void {
   if (err.status === 503 && !res.hasHeader("Retry-After")) {
     res.setHeader("Retry-After", String(RETRY_AFTER_UNAVAILABLE_S));
   }
-  // The OpenAI-compatible routes answer in OpenAI's error shape (openai/errors.ts).
-  if (isOpenAiPath(res.req.path)) {
-    const { status, body } = openAiError(err);
-    res.status(status).json(body);
-    return;
-  }
-  res.status(err.status).json(errorBody(err));
+  const { status, body } = (errorFormatOf(res) ?? PROJECT_ERRORS).answer(err);
+  res.status(status).json(body);
 }
 
 /** Anything thrown: ours by its code; an addon error by its `.code`; a 4xx from Express

@@ -11,7 +11,7 @@ import { completeAll, streamCompletion, type Generation, type StreamFormat } fro
 import { jsonBody } from "./jsonBody.js";
 import { arrivalOf } from "./requestContext.js";
 import { COMMON_ERRORS, TOO_LARGE, json, ref, type RouteDescriptor } from "./routes.js";
-import { streamChunkSchema } from "./schemas.js";
+import { generateRequestSchema, generateResponseSchema, streamChunkSchema } from "./schemas.js";
 import { dataEvent, errorEvent } from "./sse.js";
 import { parseGenerateRequest } from "./validation.js";
 
@@ -21,6 +21,7 @@ export function generateRoutes(generation: Generation): RouteDescriptor[] {
     {
       method: "post",
       path: "/generate",
+      schemas: { GenerateRequest: generateRequestSchema, GenerateResponse: generateResponseSchema },
       doc: {
         summary: "Continue a prompt. Requests are grouped into batches for the engine.",
         operationId: "generate",
@@ -36,6 +37,7 @@ export function generateRoutes(generation: Generation): RouteDescriptor[] {
     {
       method: "post",
       path: "/generate/stream",
+      schemas: { GenerateRequest: generateRequestSchema, StreamChunk: streamChunkSchema },
       doc: {
         summary: "Continue a prompt, piece by piece, as server-sent events. Not batched.",
         operationId: "generateStream",

@@ -1,14 +1,17 @@
 /**
- * Per-request facts shared by the middlewares: the route template (the metrics label) and
- * the arrival time (latency_ms, time to first token), plus the request metrics themselves.
+ * Per-request facts shared by the middlewares: the route template (the metrics label), the
+ * route's error format, and the arrival time (latency_ms, time to first token), plus the
+ * request metrics themselves.
  */
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
-import type { RequestHandler, Response } from "express";
+import type { Request, RequestHandler, Response } from "express";
+import type { ErrorFormat } from "./errorResponse.js";
 import { silentLogger, type LoggerLike } from "./logger.js";
 import { UNMATCHED_ROUTE, type HttpMetrics } from "./metrics.js";
 
 const ROUTE = "route";
+const ERRORS = "errors";
 const ARRIVED_AT = "arrivedAt";
 const REQUEST_ID = "requestId";
 
@@ -34,10 +37,24 @@ export function arrivalOf(res: Response): number {
   return typeof at === "number" ? at : performance.now();
 }
 
-/** `handler`, first marking the request with its route template, for labels (never the raw path). */
-export function labelRoute(route: string, handler: RequestHandler): RequestHandler {
+/** The error format of the request's route; undefined before it is known. */
+export function errorFormatOf(res: Response): ErrorFormat | undefined {
+  return res.locals[ERRORS] as ErrorFormat | undefined;
+}
+
+/**
+ * `handler`, first marking the request with its route template, for labels (never the raw
+ * path), and with the route's error format (or, for the requests no route matched, the one
+ * their path calls for).
+ */
+export function labelRoute(
+  route: string,
+  errors: ErrorFormat | ((req: Request) => ErrorFormat),
+  handler: RequestHandler,
+): RequestHandler {
   return (req, res, next) => {
     res.locals[ROUTE] = route;
+    res.locals[ERRORS] = typeof errors === "function" ? errors(req) : errors;
     return handler(req, res, next);
   };
 }

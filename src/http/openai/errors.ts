@@ -5,15 +5,11 @@
  * JSON included, is a 400 there (the spec's routes keep their 422).
  */
 import type { ServingError } from "../../errors.js";
+import type { ErrorFormat } from "../errorResponse.js";
 import type { ValidationIssue } from "../validation.js";
 
 export interface OpenAiErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
-}
-
-/** Paths whose errors take OpenAI's shape. */
-export function isOpenAiPath(path: string): boolean {
-  return path === "/v1" || path.startsWith("/v1/");
 }
 
 /** Status and body of `err` on a /v1 route. */
@@ -49,3 +45,27 @@ export function openAiError(err: ServingError): { status: number; body: OpenAiEr
     }
   }
 }
+
+/** The error format of the /v1 routes (their descriptors' `errors`). */
+export const OPENAI_ERRORS: ErrorFormat = {
+  answer: openAiError,
+  schemaName: "OpenAiError",
+  schema: {
+    title: "OpenAiError",
+    description: "Errors of the /v1 routes, in OpenAI's shape (what the OpenAI clients raise as their error classes).",
+    type: "object",
+    required: ["error"],
+    properties: {
+      error: {
+        type: "object",
+        required: ["message", "type", "param", "code"],
+        properties: {
+          message: { type: "string" },
+          type: { type: "string", description: "invalid_request_error, rate_limit_error or server_error." },
+          param: { type: ["string", "null"], description: "The offending field, when one is." },
+          code: { type: ["string", "null"], description: "e.g. invalid_api_key, model_not_found, rate_limit_exceeded, overloaded." },
+        },
+      },
+    },
+  },
+};

@@ -8,10 +8,10 @@ import type { RequestHandler, Response } from "express";
 import { ServingError } from "../../errors.js";
 import type { ChatTemplate, CompletionChunk, CompletionRequest } from "../../types.js";
 import { completeAll, streamCompletion, type Generation } from "../generation.js";
-import { openAiError as openAiErrorBody } from "./errors.js";
+import { OPENAI_ERRORS, openAiError as openAiErrorBody } from "./errors.js";
 import { jsonBody } from "../jsonBody.js";
 import { RETRY_AFTER, json, ref, type RouteDescriptor } from "../routes.js";
-import { MAX_BODY_BYTES, type JsonSchema } from "../schemas.js";
+import { MAX_BODY_BYTES } from "../schemas.js";
 import { dataEvent } from "../sse.js";
 import { chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
 import { parseChat, parseCompletion } from "./requests.js";
@@ -35,30 +35,6 @@ export interface OpenAiDeps {
   readonly createdAt: number;
 }
 
-/** Component schemas of the /v1 routes' documentation. */
-export const OPENAI_SCHEMAS: Record<string, JsonSchema> = {
-  CompletionRequest: completionRequestSchema,
-  ChatCompletionRequest: chatCompletionRequestSchema,
-  OpenAiError: {
-    title: "OpenAiError",
-    description: "Errors of the /v1 routes, in OpenAI's shape (what the OpenAI clients raise as their error classes).",
-    type: "object",
-    required: ["error"],
-    properties: {
-      error: {
-        type: "object",
-        required: ["message", "type", "param", "code"],
-        properties: {
-          message: { type: "string" },
-          type: { type: "string", description: "invalid_request_error, rate_limit_error or server_error." },
-          param: { type: ["string", "null"], description: "The offending field, when one is." },
-          code: { type: ["string", "null"], description: "e.g. invalid_api_key, model_not_found, rate_limit_exceeded, overloaded." },
-        },
-      },
-    },
-  },
-};
-
 const openAiError = (description: string) => ({ description, content: json(ref("OpenAiError")) });
 const V1_ERRORS = {
   "400": openAiError("Invalid request (a schema violation or malformed JSON); `param` names the field."),
@@ -77,6 +53,7 @@ export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
     {
       method: "get",
       path: "/v1/models",
+      errors: OPENAI_ERRORS,
       doc: {
         summary: "The served model (OpenAI's list shape).",
         operationId: "listModels",
@@ -87,6 +64,8 @@ export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
     {
       method: "post",
       path: "/v1/completions",
+      errors: OPENAI_ERRORS,
+      schemas: { CompletionRequest: completionRequestSchema },
       doc: {
         summary: "OpenAI completions: n choices per prompt sharing one prefill, batched; or streamed.",
         operationId: "createCompletion",
@@ -101,6 +80,8 @@ export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
     {
       method: "post",
       path: "/v1/chat/completions",
+      errors: OPENAI_ERRORS,
+      schemas: { ChatCompletionRequest: chatCompletionRequestSchema },
       doc: {
         summary: "OpenAI chat completions: messages rendered with the checkpoint's chat template (or the default one).",
         operationId: "createChatCompletion",
