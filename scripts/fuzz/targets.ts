@@ -5,8 +5,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
-import { createApp } from "../../src/http/createApp.js";
-import { createRecsysApp } from "../../src/http/createRecsysApp.js";
+import { createApp } from "../../src/http/text/createApp.js";
+import { createRecsysApp } from "../../src/http/recsys/createRecsysApp.js";
 import { TorchRecommender } from "../../src/recsys/TorchRecommender.js";
 import type { ServingApp } from "../../src/types.js";
 

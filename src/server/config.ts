@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 
 import { ServingError } from "../errors.js";
-import { parseApiKeys } from "../http/apiKeys.js";
+import { parseApiKeys } from "../http/shell/apiKeys.js";
 
 export type RuntimeChoice = "auto" | "native" | "torchscript";
 export type KernelsCap = "auto" | "avx512_bf16" | "avx512" | "avx2" | "baseline";

@@ -9,9 +9,9 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../engine/TorchEngine.js";
-import { createApp } from "../http/createApp.js";
-import { createRecsysApp } from "../http/createRecsysApp.js";
-import type { LoggerLike } from "../http/logger.js";
+import { createApp } from "../http/text/createApp.js";
+import { createRecsysApp } from "../http/recsys/createRecsysApp.js";
+import type { LoggerLike } from "../http/shell/logger.js";
 import { RedisRateLimiter } from "../ratelimit/RedisRateLimiter.js";
 import { TokenBucketRateLimiter } from "../ratelimit/TokenBucketRateLimiter.js";
 import { TorchRecommender } from "../recsys/TorchRecommender.js";

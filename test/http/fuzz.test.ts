@@ -50,7 +50,7 @@ describe("HTTP fuzz (seeded, both apps, real engines)", function () {
 
   it("an internal failure answers a plain 500 body: no message, stack or path", async () => {
     // Any 5xx the fuzz could not provoke: an engine that throws with a path in its message.
-    const { createApp } = await import("../../src/http/createApp.js");
+    const { createApp } = await import("../../src/http/text/createApp.js");
     const { serve } = await import("../helpers/http.js");
     const failing = {
       generateBatch: () => Promise.reject(new Error(`boom at ${repoRoot}/src/engine/TorchEngine.ts:12`)),

@@ -1,0 +1,121 @@
+/**
+ * Wire schemas of the text app's spec routes, POST /generate and POST /generate/stream, and
+ * the sampling fragment the /v1 schemas share (openai/schemas.ts).
+ */
+import { deepFreeze } from "../shell/schemas.js";
+
+export const PROMPT_MAX_CHARS = 2000;
+export const MAX_NEW_TOKENS_MAX = 512;
+export const TEMPERATURE_MAX = 5;
+
+export const STOP_MAX = 4;
+export const STOP_MAX_CHARS = 100;
+
+/**
+ * The sampling settings beyond the spec's temperature and top_k, in wire names: one fragment
+ * for /generate (as documented extensions) and the /v1 routes. validation.ts turns them into
+ * a SamplingSettings with one table (SAMPLING_WIRE_NAMES), the addon reads that value in one
+ * function (native/JsArgs.cc ParseSamplingSettings).
+ */
+export const samplingProperties = deepFreeze({
+  seed: {
+    type: "integer",
+    minimum: 0,
+    maximum: Number.MAX_SAFE_INTEGER,
+    description: "Extension: makes sampling reproducible (with n > 1, choice i draws with seed + i).",
+  },
+  top_p: {
+    type: "number",
+    exclusiveMinimum: 0,
+    maximum: 1,
+    description: "Extension: sample among the most likely tokens whose probabilities first reach top_p.",
+  },
+  min_p: {
+    type: "number",
+    minimum: 0,
+    maximum: 1,
+    description: "Extension: drop tokens less likely than min_p times the most likely one.",
+  },
+  presence_penalty: {
+    type: "number",
+    minimum: -2,
+    maximum: 2,
+    description: "Extension: subtracted from the logit of every token generated so far.",
+  },
+  frequency_penalty: {
+    type: "number",
+    minimum: -2,
+    maximum: 2,
+    description: "Extension: subtracted from a token's logit once per time it was generated.",
+  },
+  repetition_penalty: {
+    type: "number",
+    exclusiveMinimum: 0,
+    maximum: 10,
+    description: "Extension: divides positive (multiplies negative) logits of tokens in the prompt or generated so far.",
+  },
+  stop: {
+    oneOf: [
+      { type: "string", minLength: 1, maxLength: STOP_MAX_CHARS },
+      { type: "array", maxItems: STOP_MAX, items: { type: "string", minLength: 1, maxLength: STOP_MAX_CHARS } },
+      { type: "null" },
+    ],
+    description: `Extension: generation ends before the first of these strings (up to ${STOP_MAX}); it is not part of the text.`,
+  },
+});
+
+export const generateRequestSchema = deepFreeze({
+  title: "GenerateRequest",
+  description: "A prompt to continue. Unknown fields are ignored; types are strict (no coercion).",
+  type: "object",
+  required: ["prompt"],
+  properties: {
+    prompt: {
+      type: "string",
+      minLength: 1,
+      maxLength: PROMPT_MAX_CHARS,
+      description: "Text to continue; its length is counted in Unicode code points.",
+    },
+    max_new_tokens: {
+      type: "integer",
+      minimum: 1,
+      maximum: MAX_NEW_TOKENS_MAX,
+      default: 64,
+      description: "Most tokens to generate.",
+    },
+    temperature: {
+      type: "number",
+      exclusiveMinimum: 0,
+      maximum: TEMPERATURE_MAX,
+      default: 1.0,
+      description: "Sampling temperature; very small values sample greedily.",
+    },
+    top_k: {
+      type: ["integer", "null"],
+      minimum: 1,
+      default: null,
+      description: "Sample among the k most likely tokens; null (or absent) means the whole vocabulary.",
+    },
+    ...samplingProperties,
+  },
+});
+
+export const generateResponseSchema = deepFreeze({
+  title: "GenerateResponse",
+  type: "object",
+  required: ["text", "latency_ms"],
+  properties: {
+    text: { type: "string", description: "The continuation of the prompt." },
+    latency_ms: { type: "number", description: "Server-side latency from arrival to response, ms." },
+  },
+});
+
+export const streamChunkSchema = deepFreeze({
+  title: "StreamChunk",
+  description:
+    "One server-sent event per piece: `data: {\"token\": \"<piece>\"}` and a blank line. The stream " +
+    "ends with `data: [DONE]`, or, after an error, with `event: error` and a JSON `{\"detail\", \"code\"}`.",
+  type: "object",
+  required: ["token"],
+  properties: { token: { type: "string", description: "Whole UTF-8 text of one piece." } },
+});
