@@ -26,7 +26,7 @@ describe("HTTP fuzz (seeded, both apps, real engines)", function () {
 
   it(`${CASES} hostile requests: no 5xx, no hang, no stack trace or path in a body; served normally afterwards`, async () => {
     const run = await runFuzz(
-      { text: targets.text.port, recsys: targets.recsys.port },
+      { text: targets.text, recsys: targets.recsys },
       { iterations: CASES, seed: SEED, concurrency: 6, timeoutMs: 10_000, root: repoRoot },
     );
     const statuses: Record<string, number> = {};

@@ -47,6 +47,11 @@ export interface AppShell {
   finish(title: string, lifespan: Lifespan): ServingApp;
 }
 
+/** The route descriptors an app made by the shell registered, in order (empty for any other app). */
+export function routesOf(app: express.Express): readonly RouteDescriptor[] {
+  return (app.locals["routes"] as readonly RouteDescriptor[] | undefined) ?? [];
+}
+
 export function createAppShell(options: ShellOptions = {}): AppShell {
   const logger = options.logger ?? silentLogger;
   const registry = createRegistry();

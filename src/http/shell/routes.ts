@@ -33,7 +33,8 @@ export interface RouteDescriptor {
 }
 
 export const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
-export const json = (schema: object) => ({ "application/json": { schema } });
+/** A JSON body of `schema`; `example`, when given, is a valid one (the fuzz cases send it too). */
+export const json = (schema: object, example?: object) => ({ "application/json": example === undefined ? { schema } : { schema, example } });
 export const errorResponse = (description: string) => ({ description, content: json(ref("Error")) });
 export const RETRY_AFTER = {
   "Retry-After": { description: "Seconds to wait before retrying (whole, at least 1).", schema: { type: "integer", minimum: 1 } },

@@ -16,7 +16,7 @@ import { dataEvent, errorEvent } from "./sse.js";
 import { parseGenerateRequest } from "./validation.js";
 
 export function generateRoutes(generation: Generation): RouteDescriptor[] {
-  const body = { required: true, content: json(ref("GenerateRequest")) };
+  const body = { required: true, content: json(ref("GenerateRequest"), { prompt: "Once upon a time", max_new_tokens: 4, seed: 1 }) };
   return [
     {
       method: "post",

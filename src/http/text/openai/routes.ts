@@ -69,7 +69,10 @@ export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
       doc: {
         summary: "OpenAI completions: n choices per prompt sharing one prefill, batched; or streamed.",
         operationId: "createCompletion",
-        requestBody: { required: true, content: json(ref("CompletionRequest")) },
+        requestBody: {
+          required: true,
+          content: json(ref("CompletionRequest"), { model: deps.modelName, prompt: "Once upon a time", max_tokens: 4, seed: 1 }),
+        },
         responses: {
           "200": { description: `A text_completion with choices and usage. ${STREAMED}`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
           ...V1_ERRORS,
@@ -85,7 +88,15 @@ export function openAiRoutes(deps: OpenAiDeps): RouteDescriptor[] {
       doc: {
         summary: "OpenAI chat completions: messages rendered with the checkpoint's chat template (or the default one).",
         operationId: "createChatCompletion",
-        requestBody: { required: true, content: json(ref("ChatCompletionRequest")) },
+        requestBody: {
+          required: true,
+          content: json(ref("ChatCompletionRequest"), {
+            model: deps.modelName,
+            messages: [{ role: "user", content: "Once upon a time" }],
+            max_tokens: 4,
+            seed: 1,
+          }),
+        },
         responses: {
           "200": { description: `A chat.completion with choices and usage. ${STREAMED} Chunks are chat.completion.chunk deltas, the role first.`, content: { ...json({ type: "object" }), "text/event-stream": { schema: { type: "string" } } } },
           ...V1_ERRORS,
