@@ -3,31 +3,9 @@
  * accept hand-written engines, recommenders and limiters as readily as the libtorch ones.
  */
 import type { Express } from "express";
+import type { SamplingSettings } from "./engine/sampling.js";
 
-/**
- * How tokens are chosen: one value carried unchanged from the HTTP schema (schemas.ts
- * `samplingProperties`) through the engine to the addon's sampler (native/Sampler.h
- * SamplingSettings). Optional fields absent mean "off". docs/sampling.md gives the order in
- * which they apply.
- */
-export interface SamplingSettings {
-  /** <= 1e-5 samples greedily. */
-  temperature: number;
-  /** Sample among the k most likely tokens; null samples from the whole vocabulary. */
-  topK: number | null;
-  /** Makes sampling reproducible when set. */
-  seed?: number;
-  /** Nucleus: the most likely tokens whose probabilities first reach top_p (0 < p <= 1). */
-  topP?: number;
-  /** Drops tokens less likely than min_p times the most likely one (0..1). */
-  minP?: number;
-  /** Subtracted from the logit of every token generated so far (-2..2). */
-  presencePenalty?: number;
-  /** Subtracted from a token's logit once per time it was generated (-2..2). */
-  frequencyPenalty?: number;
-  /** Divides positive (multiplies negative) logits of prompt and generated tokens (> 0). */
-  repetitionPenalty?: number;
-}
+export type { OptionalSamplingSettings, SamplingSettings } from "./engine/sampling.js";
 
 /** One text-generation request, camelCase inside TypeScript (snake_case on the wire). */
 export interface GenerateRequest extends SamplingSettings {

@@ -2,6 +2,7 @@
  * Wire schemas of the text app's spec routes, POST /generate and POST /generate/stream, and
  * the sampling fragment the /v1 schemas share (openai/schemas.ts).
  */
+import { samplingSchemas } from "../../engine/sampling.js";
 import { deepFreeze } from "../shell/schemas.js";
 
 export const PROMPT_MAX_CHARS = 2000;
@@ -12,48 +13,13 @@ export const STOP_MAX = 4;
 export const STOP_MAX_CHARS = 100;
 
 /**
- * The sampling settings beyond the spec's temperature and top_k, in wire names: one fragment
- * for /generate (as documented extensions) and the /v1 routes. validation.ts turns them into
- * a SamplingSettings with one table (SAMPLING_WIRE_NAMES), the addon reads that value in one
- * function (native/JsArgs.cc ParseSamplingSettings).
+ * The request fields beyond the spec's temperature and top_k, in wire names: one fragment for
+ * /generate (as documented extensions) and the /v1 routes. The sampling settings' schemas
+ * come from their one table (src/engine/sampling.ts SAMPLING_SETTINGS); `stop` is matched
+ * on the text by the engine.
  */
 export const samplingProperties = deepFreeze({
-  seed: {
-    type: "integer",
-    minimum: 0,
-    maximum: Number.MAX_SAFE_INTEGER,
-    description: "Extension: makes sampling reproducible (with n > 1, choice i draws with seed + i).",
-  },
-  top_p: {
-    type: "number",
-    exclusiveMinimum: 0,
-    maximum: 1,
-    description: "Extension: sample among the most likely tokens whose probabilities first reach top_p.",
-  },
-  min_p: {
-    type: "number",
-    minimum: 0,
-    maximum: 1,
-    description: "Extension: drop tokens less likely than min_p times the most likely one.",
-  },
-  presence_penalty: {
-    type: "number",
-    minimum: -2,
-    maximum: 2,
-    description: "Extension: subtracted from the logit of every token generated so far.",
-  },
-  frequency_penalty: {
-    type: "number",
-    minimum: -2,
-    maximum: 2,
-    description: "Extension: subtracted from a token's logit once per time it was generated.",
-  },
-  repetition_penalty: {
-    type: "number",
-    exclusiveMinimum: 0,
-    maximum: 10,
-    description: "Extension: divides positive (multiplies negative) logits of tokens in the prompt or generated so far.",
-  },
+  ...samplingSchemas(),
   stop: {
     oneOf: [
       { type: "string", minLength: 1, maxLength: STOP_MAX_CHARS },

@@ -1,21 +1,18 @@
 /** The spec's generate body validated into the engine's request (camelCase), and the sampling fields every text route shares. */
-import type { GenerateRequest, SamplingSettings } from "../../types.js";
-import { SAMPLING_WIRE_NAMES } from "../../engine/sampling.js";
+import type { GenerateRequest } from "../../types.js";
+import { settingsFromWire, type OptionalSamplingSettings } from "../../engine/sampling.js";
 import { check, compile } from "../shell/validation.js";
 import { generateRequestSchema } from "./schemas.js";
 
 const validateGenerate = compile(generateRequestSchema);
 
 /** The sampling part of a validated wire body: the optional settings present, and `stop` as a list. */
-export function samplingFromWire(wire: Record<string, unknown>): Partial<SamplingSettings> & { stop?: string[] } {
-  const settings: Partial<Record<keyof SamplingSettings, unknown>> & { stop?: string[] } = {};
-  for (const [wireName, name] of Object.entries(SAMPLING_WIRE_NAMES)) {
-    if (wire[wireName] !== undefined && wire[wireName] !== null) settings[name] = wire[wireName];
-  }
+export function samplingFromWire(wire: Record<string, unknown>): OptionalSamplingSettings & { stop?: string[] } {
+  const settings: OptionalSamplingSettings & { stop?: string[] } = settingsFromWire(wire);
   const stop = wire["stop"];
   if (typeof stop === "string") settings.stop = [stop];
   else if (Array.isArray(stop) && stop.length > 0) settings.stop = stop as string[];
-  return settings as Partial<SamplingSettings> & { stop?: string[] };
+  return settings;
 }
 
 /** Validates a parsed JSON body (defaults filled in) and returns the engine's request. */
