@@ -38,8 +38,9 @@ export interface TorchEngineOptions {
   /** Check `<checkpoint>.sha256` when present. Default true. */
   verifyChecksum?: boolean;
   /**
-   * "auto" (default) runs architecture "gpt" on the native CPU runtime when its forward
-   * matches the checkpoint's TorchScript (checked at load), else the TorchScript forward.
+   * "auto" (default) runs an architecture the native CPU runtime has (the addon's
+   * `nativeArchitectures`: "gpt" and "llama") on it when its forward matches the checkpoint's
+   * TorchScript (checked at load), else the TorchScript forward.
    */
   runtime?: "auto" | "native" | "torchscript";
   /**
@@ -49,10 +50,11 @@ export interface TorchEngineOptions {
    */
   kernels?: KernelFamilyCap;
   /**
-   * Memory for the KV cache, in MiB (SERVICE_KV_BUDGET_MB): it sizes the TorchScript runtime's
-   * cache rows and capacity(), the default limit of concurrent streams. Default: 256 on the
-   * CPU (the budget the native runtime sizes its slots by), half the free device memory of the
-   * TorchScript cache on CUDA.
+   * Memory for the KV cache, in MiB (SERVICE_KV_BUDGET_MB), on either runtime: the TorchScript
+   * runtime's cache rows (at most 256) and the native runtime's decode slots (8 to 64) are as
+   * many as fit, and capacity(), the default limit of concurrent streams, counts the rows it
+   * holds. Default: 256 on the CPU; on CUDA the TorchScript cache takes half the free device
+   * memory, while capacity() counts 256.
    */
   kvBudgetMb?: number;
   /**
@@ -64,7 +66,7 @@ export interface TorchEngineOptions {
   prefillPerDecode?: number;
 }
 
-/** The native runtime's KV budget for its decode slots (GptStepper::SlotBudget). */
+/** The KV budget when none is given: both runtimes' default on the CPU, and what capacity() counts. */
 export const DEFAULT_KV_BUDGET_MB = 256;
 /** Below it a small budget would refuse streams the scheduler runs easily; above it the
  * decode step's per-row cost, not memory, is what bounds a useful batch. */

@@ -24,7 +24,7 @@ export interface EngineEnv {
   runtime: RuntimeChoice;
   /** SERVICE_KERNELS: the highest kernel family the native runtime may use; "auto" (default). */
   kernels: KernelsCap;
-  /** SERVICE_KV_BUDGET_MB: the TorchScript runtime's KV cache in MiB; undefined: its default. */
+  /** SERVICE_KV_BUDGET_MB: memory for the KV cache of either runtime, in MiB; undefined: the engine's default. */
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
   stepTokens: number | undefined;
