@@ -3,31 +3,9 @@
  * accept hand-written engines, recommenders and limiters as readily as the libtorch ones.
  */
 import type { Express } from "express";
+import type { SamplingSettings } from "./engine/sampling.js";
 
-/**
- * How tokens are chosen: one value carried unchanged from the HTTP schema (schemas.ts
- * `samplingProperties`) through the engine to the addon's sampler (native/Sampler.h
- * SamplingSettings). Optional fields absent mean "off". docs/sampling.md gives the order in
- * which they apply.
- */
-export interface SamplingSettings {
-  /** <= 1e-5 samples greedily. */
-  temperature: number;
-  /** Sample among the k most likely tokens; null samples from the whole vocabulary. */
-  topK: number | null;
-  /** Makes sampling reproducible when set. */
-  seed?: number;
-  /** Nucleus: the most likely tokens whose probabilities first reach top_p (0 < p <= 1). */
-  topP?: number;
-  /** Drops tokens less likely than min_p times the most likely one (0..1). */
-  minP?: number;
-  /** Subtracted from the logit of every token generated so far (-2..2). */
-  presencePenalty?: number;
-  /** Subtracted from a token's logit once per time it was generated (-2..2). */
-  frequencyPenalty?: number;
-  /** Divides positive (multiplies negative) logits of prompt and generated tokens (> 0). */
-  repetitionPenalty?: number;
-}
+export type { OptionalSamplingSettings, SamplingSettings } from "./engine/sampling.js";
 
 /** One text-generation request, camelCase inside TypeScript (snake_case on the wire). */
 export interface GenerateRequest extends SamplingSettings {
@@ -39,7 +17,7 @@ export interface GenerateRequest extends SamplingSettings {
   signal?: AbortSignal;
 }
 
-/** A request of the OpenAI-compatible routes: a GenerateRequest with n samples and log-probabilities. */
+/** A request of the rich form (CompletionEngine): a GenerateRequest with n samples and log-probabilities. */
 export interface CompletionRequest extends GenerateRequest {
   /** Token ids to continue instead of `prompt` (which then only names them). */
   promptTokens?: number[];
@@ -103,15 +81,28 @@ export interface EngineUsage {
   generatedTokens: number;
 }
 
+/**
+ * The engine's rich form: n choices per request with token counts, finish reasons, stop
+ * sequences and log-probabilities, batched and streamed. It is the one contract the HTTP
+ * layer generates through (/generate, /generate/stream and /v1 alike): TorchEngine has it,
+ * and createApp builds it once from generateBatch/generateStream for an engine without it.
+ */
+export interface CompletionEngine {
+  /** n choices per request, same order. Runs once per batch. */
+  complete(requests: readonly CompletionRequest[]): Promise<Completion[]>;
+  /** The request's choices in chunks as they are produced; stops early when `signal` aborts. */
+  completeStream(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk>;
+}
+
 export interface TextGenerationEngine {
   /** One continuation per request, same order. Runs once per batch. */
   generateBatch(requests: readonly GenerateRequest[]): Promise<string[]>;
   /** Pieces of the continuation as they are produced; stops early when `signal` aborts. */
   generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string>;
   /**
-   * Optional, for the OpenAI-compatible routes: n choices per request, with token counts,
-   * finish reasons and log-probabilities. Runs once per batch. Without it those routes
-   * build choices from generateBatch (no usage, no log-probabilities).
+   * Optional, with completeStream: the rich form (CompletionEngine), which every route then
+   * uses. Without both, createApp builds it from generateBatch/generateStream: stop sequences
+   * applied to the text, no usage, no log-probabilities.
    */
   complete?(requests: readonly CompletionRequest[]): Promise<Completion[]>;
   /** Optional streaming form of complete(); stops early when `signal` aborts. */

@@ -1,10 +1,12 @@
 /**
  * Seeded hostile HTTP requests, sent as raw bytes over a socket (so a body can be invalid
  * UTF-8, truncated or mis-chunked, and a header huge), and what a server must never answer:
- * a 5xx, a hang, or a body that shows a stack trace or a server path. Used by the suite's
- * bounded fuzz test and by scripts/fuzz/http-fuzz.ts for longer runs.
+ * a 5xx, a hang, or a body that shows a stack trace or a server path. The routes come from
+ * each app's route descriptors (fuzzRoutes), so every route is covered, /v1 included. Used by
+ * the suite's bounded fuzz test and by scripts/fuzz/http-fuzz.ts for longer runs.
  */
 import { connect } from "node:net";
+import type { RouteDescriptor } from "../../src/http/shell/routes.js";
 
 /** mulberry32: small, fast and the same on every machine. */
 export function prng(seed: number): () => number {
@@ -31,16 +33,59 @@ export type App = "text" | "recsys";
 
 const pick = <T>(rand: () => number, items: readonly T[]): T => items[Math.floor(rand() * items.length)]!;
 
-const TEXT_ROUTES: readonly (readonly [string, string])[] = [
-  ["POST", "/generate"], ["POST", "/generate/stream"], ["GET", "/health"], ["GET", "/ready"], ["GET", "/metrics"],
-  ["GET", "/openapi.json"], ["GET", "/"],
-];
-const RECSYS_ROUTES: readonly (readonly [string, string])[] = [
-  ["GET", "/recommend/1"], ["GET", "/recommend/7?k=3"], ["GET", "/health"], ["GET", "/ready"], ["GET", "/metrics"],
-  ["GET", "/openapi.json"], ["GET", "/"],
-];
+/** One route of an app, as the fuzz addresses it. */
+export interface FuzzRoute {
+  readonly method: string;
+  /** A path for the route: parameters and query drawn from their documented schemas. */
+  path(rand: () => number): string;
+  /** A valid body (the documented example), for a route that takes one. */
+  readonly example: object | undefined;
+}
+
+interface Parameter {
+  name: string;
+  in: string;
+  required?: boolean;
+  schema: { type?: unknown; minimum?: number; maximum?: number; items?: Parameter["schema"] };
+}
+
+/** A value of `schema` as a path or query string: small integers, lists of a few. */
+function draw(schema: Parameter["schema"], rand: () => number): string {
+  if (schema.type === "array") {
+    return Array.from({ length: 1 + Math.floor(rand() * 3) }, () => draw(schema.items ?? {}, rand)).join(",");
+  }
+  if (schema.type === "integer") {
+    const low = Math.max(0, schema.minimum ?? 0);
+    const high = Math.min(low + 20, schema.maximum ?? low + 20);
+    return String(low + Math.floor(rand() * (high - low + 1)));
+  }
+  return "x";
+}
+
+/** Every route an app registered (its route descriptors), the undocumented ones too. */
+export function fuzzRoutes(routes: readonly RouteDescriptor[]): FuzzRoute[] {
+  return routes.map((route) => {
+    const parameters = (route.doc?.parameters ?? []) as Parameter[];
+    const body = (route.doc?.requestBody as { content?: Record<string, { example?: object }> } | undefined)?.content;
+    return {
+      method: route.method.toUpperCase(),
+      example: body?.["application/json"]?.example,
+      path(rand) {
+        const path = route.path.replace(/:(\w+)/g, (_whole, name: string) => {
+          const schema = parameters.find((p) => p.in === "path" && p.name === name)?.schema;
+          return schema ? draw(schema, rand) : "1";
+        });
+        const query = parameters
+          .filter((p) => p.in === "query" && (p.required || rand() < 0.5))
+          .map((p) => `${p.name}=${draw(p.schema, rand)}`);
+        return query.length > 0 ? `${path}?${query.join("&")}` : path;
+      },
+    };
+  });
+}
 
 const ODD_PATHS = [
+  "/v1", "/v1/", "/v1/models/x", "/v1//completions", "/v1/chat/completions/../../generate", "/v1/completions?stream=true",
   "/generate/", "//generate", "/generate?x=%ZZ", "/%", "/%E0%A4%A", "/recommend/-1", "/recommend/1e3", "/recommend/0x10",
   "/recommend/99999999999999999999999", "/recommend/%00", "/recommend/1?k=-5", "/recommend/1?k=1e309", "/recommend/1?k=2&k=3",
   "/recommend/1?k[]=1", "/recommend/1?__proto__[x]=1", "/recommend/1?constructor[prototype][y]=1", "/../../etc/passwd",
@@ -60,8 +105,9 @@ function nested(depth: number, open: string, close: string, inner: string): stri
   return open.repeat(depth) + inner + close.repeat(depth);
 }
 
-function jsonBody(rand: () => number): Buffer {
-  const valid = { prompt: "Once upon", max_new_tokens: 1 + Math.floor(rand() * 6), temperature: 0.8, top_k: 5, seed: 1 };
+/** A body for a route: its valid example, or one of many hostile ones. */
+function jsonBody(rand: () => number, example: object | undefined): Buffer {
+  const valid = example ?? { prompt: "Once upon", max_new_tokens: 1 + Math.floor(rand() * 6), temperature: 0.8, top_k: 5, seed: 1 };
   const choices: (() => Buffer | string)[] = [
     () => JSON.stringify(valid),
     () => "{not json",
@@ -116,10 +162,11 @@ function chunked(body: Buffer, rand: () => number): Buffer {
   return Buffer.concat([Buffer.from(`${(body.length + 100).toString(16)}\r\n`), body]);
 }
 
-/** One hostile request for `app`, from `rand`. */
-export function fuzzCase(app: App, rand: () => number): FuzzCase {
-  const routes = app === "text" ? TEXT_ROUTES : RECSYS_ROUTES;
-  let [method, path] = pick(rand, routes);
+/** One hostile request to one of `routes`, from `rand`. */
+export function fuzzCase(routes: readonly FuzzRoute[], rand: () => number): FuzzCase {
+  const route = pick(rand, routes);
+  let method = route.method;
+  let path = route.path(rand);
   const labels: string[] = [];
   if (rand() < 0.25) {
     path = pick(rand, ODD_PATHS);
@@ -130,7 +177,7 @@ export function fuzzCase(app: App, rand: () => number): FuzzCase {
     labels.push("method");
   }
   const headers: string[] = [`Host: 127.0.0.1`, "Connection: close"];
-  let body = method === "POST" || rand() < 0.1 ? jsonBody(rand) : Buffer.alloc(0);
+  let body = method === "POST" || rand() < 0.1 ? jsonBody(rand, route.example) : Buffer.alloc(0);
   if (body.length) labels.push(`body ${body.subarray(0, 40).toString("latin1")}`);
   const contentType = rand() < 0.7 ? "application/json" : pick(rand, CONTENT_TYPES);
   if (body.length || rand() < 0.5) headers.push(`Content-Type: ${contentType}`);
@@ -219,9 +266,15 @@ export interface FuzzRun {
   failures: string[];
 }
 
+/** An app listening on `port`, and its routes. */
+export interface FuzzTarget {
+  readonly port: number;
+  readonly routes: readonly FuzzRoute[];
+}
+
 /** `iterations` seeded cases against both apps, `concurrency` at a time. */
 export async function runFuzz(
-  ports: Record<App, number>,
+  targets: Record<App, FuzzTarget>,
   options: { iterations: number; seed: number; concurrency: number; timeoutMs: number; root: string },
 ): Promise<FuzzRun> {
   const rand = prng(options.seed);
@@ -231,8 +284,8 @@ export async function runFuzz(
     while (next < options.iterations) {
       next += 1;
       const app: App = rand() < 0.6 ? "text" : "recsys";
-      const fuzz = fuzzCase(app, rand);
-      const outcome = await sendCase(ports[app], fuzz, options.timeoutMs);
+      const fuzz = fuzzCase(targets[app].routes, rand);
+      const outcome = await sendCase(targets[app].port, fuzz, options.timeoutMs);
       const key = outcome.hung ? "hung" : String(outcome.status ?? "closed");
       run.statuses[app][key] = (run.statuses[app][key] ?? 0) + 1;
       const leak = leaks(outcome.body, options.root);

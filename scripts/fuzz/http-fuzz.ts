@@ -22,7 +22,7 @@ const concurrency = Number(values.concurrency);
 const targets = await startTargets();
 const started = Date.now();
 const { statuses, failures } = await runFuzz(
-  { text: targets.text.port, recsys: targets.recsys.port },
+  { text: targets.text, recsys: targets.recsys },
   { iterations, seed, concurrency, timeoutMs: 15_000, root: repoRoot },
 );
 const health = await fetch(`http://127.0.0.1:${targets.text.port}/health`);

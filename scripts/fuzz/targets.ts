@@ -5,17 +5,18 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
-import { createApp } from "../../src/http/createApp.js";
-import { createRecsysApp } from "../../src/http/createRecsysApp.js";
+import { createApp } from "../../src/http/text/createApp.js";
+import { createRecsysApp } from "../../src/http/recsys/createRecsysApp.js";
 import { TorchRecommender } from "../../src/recsys/TorchRecommender.js";
+import { routesOf } from "../../src/http/shell/appShell.js";
 import type { ServingApp } from "../../src/types.js";
+import { fuzzRoutes, type FuzzTarget } from "./cases.js";
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-export interface Target {
+export interface Target extends FuzzTarget {
   readonly app: ServingApp;
   readonly server: Server;
-  readonly port: number;
 }
 
 export interface Targets {
@@ -34,7 +35,7 @@ async function listen(app: ServingApp): Promise<Target> {
     server.once("listening", done);
     server.once("error", fail);
   });
-  return { app, server, port: (server.address() as AddressInfo).port };
+  return { app, server, port: (server.address() as AddressInfo).port, routes: fuzzRoutes(routesOf(app)) };
 }
 
 export async function startTargets(): Promise<Targets> {

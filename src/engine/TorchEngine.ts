@@ -2,13 +2,13 @@
  * TorchEngine: the libtorch text-generation engine. Tokenizes in TypeScript, generates in the
  * addon on the model's own inference thread, and streams whole UTF-8 pieces back.
  */
+import { EventEmitter, on } from "node:events";
 import { availableParallelism } from "node:os";
 
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawSamplingSettings } from "../native/types.js";
-import { readEngineEnv } from "../server/config.js";
 import type {
   ChatTemplate,
   Completion,
@@ -38,9 +38,10 @@ export interface TorchEngineOptions {
   /** Check `<checkpoint>.sha256` when present. Default true. */
   verifyChecksum?: boolean;
   /**
-   * "auto" (default) runs the native CPU runtime where the architecture has one and its
-   * forward matches the checkpoint's TorchScript (checked at load), unless the TorchScript
-   * forward is faster there (docs/operations.md, "Runtime"); else the TorchScript forward.
+   * "auto" (default) runs an architecture the native CPU runtime has (the addon's
+   * `nativeArchitectures`: "gpt" and "llama") on it when its forward matches the checkpoint's
+   * TorchScript (checked at load), unless the TorchScript forward is faster there
+   * (docs/operations.md, "Runtime"); else the TorchScript forward.
    */
   runtime?: "auto" | "native" | "torchscript";
   /**
@@ -56,10 +57,11 @@ export interface TorchEngineOptions {
    */
   kernels?: KernelFamilyCap;
   /**
-   * Memory for the KV cache, in MiB (SERVICE_KV_BUDGET_MB): it sizes the TorchScript runtime's
-   * cache rows and capacity(), the default limit of concurrent streams. Default: 256 on the
-   * CPU (the budget the native runtime sizes its slots by), half the free device memory of the
-   * TorchScript cache on CUDA.
+   * Memory for the KV cache, in MiB (SERVICE_KV_BUDGET_MB), on either runtime: the TorchScript
+   * runtime's cache rows (at most 256) and the native runtime's decode slots (8 to 64) are as
+   * many as fit, and capacity(), the default limit of concurrent streams, counts the rows it
+   * holds. Default: 256 on the CPU; on CUDA the TorchScript cache takes half the free device
+   * memory, while capacity() counts 256.
    */
   kvBudgetMb?: number;
   /**
@@ -71,7 +73,7 @@ export interface TorchEngineOptions {
   prefillPerDecode?: number;
 }
 
-/** The native runtime's KV budget for its decode slots (GptStepper::SlotBudget). */
+/** The KV budget when none is given: both runtimes' default on the CPU, and what capacity() counts. */
 export const DEFAULT_KV_BUDGET_MB = 256;
 /** Below it a small budget would refuse streams the scheduler runs easily; above it the
  * decode step's per-row cost, not memory, is what bounds a useful batch. */
@@ -212,94 +214,69 @@ export class TorchEngine implements TextGenerationEngine {
     return rows;
   }
 
+  /** One continuation per request: the first choice of complete(), the one generation path. */
   async generateBatch(requests: readonly GenerateRequest[]): Promise<string[]> {
-    if (requests.length === 0) return [];
-    // Stop sequences need the tokens as they come (to stop the row once one matches).
-    if (requests.some((request) => request.stop && request.stop.length > 0)) {
-      return (await this.complete(requests)).map((completion) => completion.choices[0]!.text);
-    }
-    // A request whose signal has already aborted is not run at all: the addon starts a job the
-    // moment generate() is called, so a cancel sent right after it can land several steps late.
-    const live = requests.flatMap((request, index) => (request.signal?.aborted ? [] : [index]));
-    const texts = requests.map(() => "");
-    if (live.length === 0) return texts;
-    const rows = live.map((index) => this.rows(requests[index]!, 0)[0]!);
-    const generation = this.model.generate(rows, null);
-    // A request whose client goes away stops at the next step; the others go on.
-    const detach = live.map((index, row) => onAbort(requests[index]!.signal, () => generation.cancel(row)));
-    try {
-      const outputs = await generation.result;
-      outputs.forEach((ids, row) => {
-        this.counts.generatedTokens += ids.length;
-        texts[live[row]!] = this.tokenizer.decode(Array.from(ids), Array.from(rows[row]!.tokens));
-      });
-      return texts;
-    } catch (err) {
-      throw asServingError(err, "ERR_INFERENCE");
-    } finally {
-      for (const undo of detach) undo();
-    }
+    return (await this.complete(requests)).map((completion) => completion.choices[0]!.text);
   }
 
-  /** n choices per request in one addon call: usage, finish reasons, stop sequences, log-probabilities. */
-  async complete(requests: readonly CompletionRequest[]): Promise<Completion[]> {
-    if (requests.length === 0) return [];
-    const job = this.start(requests, () => {});
-    const detach = requests.map((request, index) =>
-      onAbort(request.signal, () => job.rowsOf[index]!.forEach((row) => job.generation.cancel(row))),
-    );
-    try {
-      await job.generation.result;
-    } catch (err) {
-      throw asServingError(err, "ERR_INFERENCE");
-    } finally {
-      for (const undo of detach) undo();
-    }
-    return requests.map((_request, index) => ({
-      promptTokens: job.promptTokens[index]!,
-      choices: job.rowsOf[index]!.map((row) => {
-        const decoder = job.decoders[row]!;
-        const text = job.texts[row]! + decoder.finish();
-        const choice: CompletionChoice = { text, finishReason: decoder.finishReason(), completionTokens: decoder.tokens };
-        const logprobs = decoder.allLogprobs();
-        if (logprobs) choice.logprobs = logprobs;
-        return choice;
-      }),
-    }));
-  }
-
+  /** Pieces of the continuation: the text of completeStream()'s chunks. */
   async *generateStream(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<string> {
     for await (const chunk of this.completeStream(request, signal)) {
       if (chunk.text) yield chunk.text;
     }
   }
 
+  /**
+   * n choices per request in one addon call: usage, finish reasons, stop sequences,
+   * log-probabilities. A request whose signal has already aborted is not run at all (its
+   * choices are empty): the addon starts a job the moment generate() is called, so a cancel
+   * sent right after it could land several steps late.
+   */
+  async complete(requests: readonly CompletionRequest[]): Promise<Completion[]> {
+    const completions = requests.map(notRun);
+    const live = requests.flatMap((request, index) => (request.signal?.aborted ? [] : [index]));
+    if (live.length === 0) return completions;
+    const job = this.start(live.map((index) => requests[index]!));
+    // A request whose client goes away stops at the next step; the others go on.
+    const detach = live.map((index, i) =>
+      onAbort(requests[index]!.signal, () => job.rowsOf[i]!.forEach((row) => job.generation.cancel(row))),
+    );
+    let outputs: Int32Array[];
+    try {
+      outputs = await job.generation.result;
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
+    } finally {
+      for (const undo of detach) undo();
+    }
+    live.forEach((index, i) => {
+      completions[index] = { promptTokens: job.promptTokens[i]!, choices: job.rowsOf[i]!.map((row) => job.choice(row, outputs[row]!)) };
+    });
+    return completions;
+  }
+
   /** Pieces of the request's n choices as they are produced, each choice ending with its finish reason. */
   async *completeStream(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk> {
     const abortSignal = signal ?? request.signal;
     if (abortSignal?.aborted) return;
-    const chunks: CompletionChunk[] = [];
-    let head = 0;
-    let finished = false;
-    let failure: unknown;
-    let wake: (() => void) | undefined;
-    const notify = () => {
-      const resume = wake;
-      wake = undefined;
-      resume?.();
-    };
-    const fail = (err: unknown) => {
-      failure ??= err;
-      finished = true;
-      notify();
-    };
-    const job = this.start([request], (row, text) => {
-      const logprobs = job.decoders[row]!.newLogprobs();
-      chunks.push(logprobs ? { index: row, text, logprobs } : { index: row, text });
-      notify();
-    }, fail);
+    // The addon's callbacks emit chunks, the consumer pulls them: events.on buffers what it
+    // has not taken yet, and throws a failure once the chunks before it are taken.
+    const events = new EventEmitter();
+    events.on("error", () => {}); // a failure after the consumer left has no one to tell
+    const chunks = on(events, "chunk", { close: ["end"] });
+    const fail = (err: unknown) => events.emit("error", err);
+    let settled = false;
+    const job = this.start(
+      [request],
+      (row, text) => {
+        const logprobs = job.decoders[row]!.newLogprobs();
+        events.emit("chunk", logprobs ? { index: row, text, logprobs } : { index: row, text });
+      },
+      fail,
+    );
     job.generation.result.then(
       () => {
+        settled = true;
         try {
           job.decoders.forEach((decoder, index) => {
             const chunk: CompletionChunk = {
@@ -311,68 +288,61 @@ export class TorchEngine implements TextGenerationEngine {
             };
             const logprobs = decoder.newLogprobs();
             if (logprobs) chunk.logprobs = logprobs;
-            chunks.push(chunk);
+            events.emit("chunk", chunk);
           });
-          finished = true;
-          notify();
+          events.emit("end");
         } catch (err) {
           fail(err);
         }
       },
-      fail,
+      (err: unknown) => {
+        settled = true;
+        fail(err);
+      },
     );
     const cancel = () => job.generation.cancel();
     abortSignal?.addEventListener("abort", cancel, { once: true });
     try {
-      for (;;) {
-        if (head < chunks.length) {
-          const chunk = chunks[head]!;
-          chunks[head++] = { index: 0, text: "" };
-          yield chunk;
-          continue;
-        }
-        if (finished) {
-          if (failure !== undefined) throw asServingError(failure, "ERR_INFERENCE");
-          return;
-        }
-        await new Promise<void>((resolve) => {
-          wake = resolve;
-        });
-      }
+      for await (const [chunk] of chunks) yield chunk as CompletionChunk;
+    } catch (err) {
+      throw asServingError(err, "ERR_INFERENCE");
     } finally {
       abortSignal?.removeEventListener("abort", cancel);
       // The consumer stopped early (break, return, disconnect): stop generating.
-      if (!finished) job.generation.cancel();
+      if (!settled) job.generation.cancel();
     }
   }
 
   /**
-   * Starts one addon call for `requests` with a ChoiceDecoder per row fed by the token
-   * callback; `onText` gets each row's text as it may be shown. Decoding runs inside the
-   * addon's callbacks: a throw there cancels the call and goes to `onError`, never into the
-   * native layer.
+   * Starts one addon call for `requests`. Rows are watched as their tokens arrive (a
+   * ChoiceDecoder each, fed by the token callback) when a stream is fed (`onText` gets each
+   * row's text as it may be shown) or a row needs it (stop sequences, log-probabilities);
+   * otherwise each row is decoded once at the end, which costs far less than decoding token
+   * by token. Decoding inside the addon's callbacks cancels the call on a throw and reports
+   * it to `onError`, never to the native layer.
    */
   private start(
     requests: readonly CompletionRequest[],
-    onText: (row: number, text: string) => void,
+    onText?: (row: number, text: string) => void,
     onError: (err: unknown) => void = () => {},
   ) {
     const rows: RawGenerateRow[] = [];
     const rowsOf: number[][] = [];
     const promptTokens: number[] = [];
+    const stops: (readonly string[])[] = [];
     for (const request of requests) {
       const mine = this.rows(request, rows.length);
-      // Already aborted: at most one token (generate() starts the job before a cancel can land).
-      if (request.signal?.aborted) for (const row of mine) row.maxNewTokens = 1;
       rowsOf.push(mine.map((_row, i) => rows.length + i));
       promptTokens.push(mine[0]!.tokens.length);
       rows.push(...mine);
+      for (const _row of mine) stops.push(request.stop ?? []);
     }
     const widths = rows.map((row) => Math.max(0, row.sampling.logprobs ?? -1));
     const wantsLogprobs = rows.map((row) => (row.sampling.logprobs ?? -1) >= 0);
+    const watched = onText !== undefined || rows.some((_row, i) => stops[i]!.length > 0 || wantsLogprobs[i]);
     const texts = rows.map(() => "");
     const decoders: ChoiceDecoder[] = [];
-    const generation = this.model.generate(rows, (pairs, logprobs, topIds, topLogprobs) => {
+    const onTokens = (pairs: Int32Array, logprobs?: Float32Array, topIds?: Int32Array, topLogprobs?: Float32Array) => {
       try {
         let top = 0;
         for (let i = 0; i < pairs.length; i += 2) {
@@ -389,28 +359,43 @@ export class TorchEngine implements TextGenerationEngine {
           const text = decoders[row]!.push(event);
           if (text) {
             texts[row] += text;
-            onText(row, text);
+            onText?.(row, text);
           }
         }
       } catch (err) {
         generation.cancel();
         onError(err);
       }
-    });
-    rows.forEach((row, index) => {
-      const request = requests[rowsOf.findIndex((owned) => owned.includes(index))]!;
-      decoders.push(
-        new ChoiceDecoder(
-          this.tokenizer,
-          request.stop ?? [],
-          row.maxNewTokens,
-          wantsLogprobs[index]!,
-          () => generation.cancel(index),
-          Array.from(row.tokens),
-        ),
-      );
-    });
-    return { generation, rowsOf, promptTokens, decoders, texts };
+    };
+    const generation = this.model.generate(rows, watched ? onTokens : null);
+    if (watched) {
+      rows.forEach((row, index) => {
+        decoders.push(
+          new ChoiceDecoder(
+            this.tokenizer,
+            stops[index]!,
+            row.maxNewTokens,
+            wantsLogprobs[index]!,
+            () => generation.cancel(index),
+            Array.from(row.tokens),
+          ),
+        );
+      });
+    }
+    /** A row's choice once the call is done; `ids` are the tokens the addon returned for it. */
+    const choice = (row: number, ids: Int32Array): CompletionChoice => {
+      const decoder = decoders[row];
+      if (!decoder) {
+        this.counts.generatedTokens += ids.length;
+        const text = this.tokenizer.decode(Array.from(ids), Array.from(rows[row]!.tokens));
+        return { text, finishReason: ids.length < rows[row]!.maxNewTokens ? "stop" : "length", completionTokens: ids.length };
+      }
+      const result: CompletionChoice = { text: texts[row]! + decoder.finish(), finishReason: decoder.finishReason(), completionTokens: decoder.tokens };
+      const logprobs = decoder.allLogprobs();
+      if (logprobs) result.logprobs = logprobs;
+      return result;
+    };
+    return { generation, rowsOf, promptTokens, decoders, choice };
   }
 
   /** Releases the model; a generation in progress finishes first, queued ones are rejected. */
@@ -433,6 +418,12 @@ function rawSampling(request: SamplingSettings & { logprobs?: number }, sample: 
   };
   if (request.logprobs !== undefined) raw.logprobs = request.logprobs;
   return raw;
+}
+
+/** The completion of a request that was not run: n empty choices. */
+function notRun(request: CompletionRequest): Completion {
+  const choices = Array.from({ length: request.n ?? 1 }, (): CompletionChoice => ({ text: "", finishReason: "stop", completionTokens: 0 }));
+  return { promptTokens: 0, choices };
 }
 
 /** Calls `cancel` when `signal` aborts (at once if it already has); returns the undo. */
@@ -488,24 +479,4 @@ function checkpointDtype(config: ModelConfig): "float32" | "bfloat16" | "float16
  */
 export function defaultThreads(): number {
   return Math.min(8, Math.max(1, availableParallelism() - 1));
-}
-
-/**
- * Builds the engine from the environment, read by the server's one reader
- * (src/server/config.ts): SERVICE_CKPT (required), SERVICE_DEVICE (default "cpu"),
- * SERVICE_THREADS (default: the machine's cores minus one, at most 8), SERVICE_RUNTIME
- * (default "auto"), SERVICE_KERNELS (default "auto"), SERVICE_KV_BUDGET_MB and
- * SERVICE_STEP_TOKENS (defaults: the engine's).
- */
-export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
-  const settings = readEngineEnv(env);
-  if (!settings.checkpoint) {
-    throw new ServingError(
-      "ERR_CONFIG",
-      "SERVICE_CKPT is not set: point it at a language-model checkpoint (.pt, see docs/checkpoint.md), " +
-        "for example SERVICE_CKPT=models/brown-gpt.pt",
-    );
-  }
-  const { checkpoint, device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens } = settings;
-  return TorchEngine.load(checkpoint, { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens });
 }

@@ -1,12 +1,12 @@
 /**
  * The apps' OpenAPI 3.1 documents, for tools that want them without a server. They are the
  * documents the apps serve at /openapi.json: derived from the route descriptors each app
- * registers (routes.ts), with the schemas validation compiles.
+ * registers (shell/routes.ts), with the schemas validation compiles.
  */
 import type { Express } from "express";
 import type { RateLimiter } from "../types.js";
-import { createApp } from "./createApp.js";
-import { createRecsysApp } from "./createRecsysApp.js";
+import { createApp } from "./text/createApp.js";
+import { createRecsysApp } from "./recsys/createRecsysApp.js";
 
 export interface OpenApiOptions {
   /** List 429 on rate-limited routes (when the app has a limiter). Default true. */

@@ -101,8 +101,9 @@ export interface RawLanguageModelSettings {
   /** config.json's scalar fields (nested objects one level down), for the native runtime. */
   modelConfig?: Record<string, unknown>;
   /**
-   * Memory for the TorchScript runtime's KV cache in MiB (SERVICE_KV_BUDGET_MB); 0 or absent:
-   * 256 on the CPU, half the free device memory on CUDA.
+   * Memory for the KV cache in MiB (SERVICE_KV_BUDGET_MB), on either runtime: the TorchScript
+   * cache's rows, the native runtime's decode slots. 0 or absent: 256 on the CPU, half the free
+   * device memory on CUDA.
    */
   kvBudgetMb?: number;
   /**

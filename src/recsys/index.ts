@@ -1,13 +1,8 @@
+export { RECOMMENDER_FORMAT, RECOMMENDER_INTERFACE_VERSION, type RecommenderConfig } from "./checkpoint.js";
+export type { MovieInfo, RatingEvent, UserHistory } from "./catalogue.js";
 export {
-  RECOMMENDER_FORMAT,
-  RECOMMENDER_INTERFACE_VERSION,
   TorchRecommender,
-  createRecommenderFromEnv,
   type FallbackReason,
-  type MovieInfo,
-  type RatingEvent,
-  type UserHistory,
-  type RecommenderConfig,
   type RecommenderLogger,
   type RecommenderStats,
   type TorchRecommendation,

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 
 import { ServingError } from "../errors.js";
-import { parseApiKeys } from "../http/apiKeys.js";
+import { parseApiKeys } from "../http/shell/apiKeys.js";
 
 export type RuntimeChoice = "auto" | "native" | "torchscript";
 export type KernelsCap = "auto" | "avx512_bf16" | "avx512" | "avx2" | "baseline";
@@ -26,7 +26,7 @@ export interface EngineEnv {
   kernels: KernelsCap;
   /** SERVICE_TORCHSCRIPT_COMPUTE: what the TorchScript runtime computes a 16-bit checkpoint in on the CPU; "auto" (default). */
   torchscriptCompute: "auto" | "checkpoint" | "float32";
-  /** SERVICE_KV_BUDGET_MB: the TorchScript runtime's KV cache in MiB; undefined: its default. */
+  /** SERVICE_KV_BUDGET_MB: memory for the KV cache of either runtime, in MiB; undefined: the engine's default. */
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
   stepTokens: number | undefined;

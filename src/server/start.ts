@@ -9,14 +9,15 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../engine/TorchEngine.js";
-import { createApp } from "../http/createApp.js";
-import { createRecsysApp } from "../http/createRecsysApp.js";
-import type { LoggerLike } from "../http/logger.js";
+import { createApp } from "../http/text/createApp.js";
+import { createRecsysApp } from "../http/recsys/createRecsysApp.js";
+import type { LoggerLike } from "../http/shell/logger.js";
 import { RedisRateLimiter } from "../ratelimit/RedisRateLimiter.js";
 import { TokenBucketRateLimiter } from "../ratelimit/TokenBucketRateLimiter.js";
 import { TorchRecommender } from "../recsys/TorchRecommender.js";
 import type { RateLimiter, ServingApp } from "../types.js";
 import type { ServerConfig } from "./config.js";
+import { engineOptions } from "./fromEnv.js";
 
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 export const DEMO_MODELS = {
@@ -86,14 +87,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
   if (!config.recommender.checkpoint) logger.info({ checkpoint: recsysCkpt }, "RECSYS_CKPT not set: serving the demo recommender");
 
   const loads = await Promise.allSettled([
-    TorchEngine.load(textCkpt, {
-      device: config.engine.device,
-      threads: config.engine.threads,
-      runtime: config.engine.runtime,
-      kernels: config.engine.kernels,
-      kvBudgetMb: config.engine.kvBudgetMb,
-      stepTokens: config.engine.stepTokens,
-    }),
+    TorchEngine.load(textCkpt, engineOptions(config.engine)),
     TorchRecommender.load(recsysCkpt, {
       device: config.recommender.device,
       latencyBudgetMs: config.recommender.latencyBudgetMs,

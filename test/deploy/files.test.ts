@@ -5,8 +5,8 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { createApp } from "../../src/http/createApp.js";
-import { createRecsysApp } from "../../src/http/createRecsysApp.js";
+import { createApp } from "../../src/http/text/createApp.js";
+import { createRecsysApp } from "../../src/http/recsys/createRecsysApp.js";
 import { BatchEngine } from "../helpers/engines.js";
 import { repoRoot } from "../helpers/fixtures.js";
 import { listen } from "../helpers/http.js";

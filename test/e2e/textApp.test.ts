@@ -7,7 +7,7 @@ import { expect } from "chai";
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import type { GenerateRequest, TextGenerationEngine } from "../../src/types.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
-import { createApp } from "../../src/http/createApp.js";
+import { createApp } from "../../src/http/text/createApp.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
 import { postJson, readUntil, serve, type Running } from "../helpers/http.js";
 

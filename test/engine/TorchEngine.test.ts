@@ -8,7 +8,7 @@
  */
 import { expect } from "chai";
 
-import { TorchEngine, createEngineFromEnv } from "../../src/engine/TorchEngine.js";
+import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
 import { loadAddon } from "../../src/native/binding.js";
 import type { KernelFamily } from "../../src/native/types.js";
@@ -269,63 +269,5 @@ describe("TorchEngine stops and checkpoints", () => {
       expect(err.code, file).to.equal(code);
       expect(err.message, file).to.match(words);
     }
-  });
-});
-
-describe("createEngineFromEnv", () => {
-  it("names SERVICE_CKPT when it is missing", async () => {
-    const err = await rejection(createEngineFromEnv({}));
-    expect(err.code).to.equal("ERR_CONFIG");
-    expect(err.message).to.include("SERVICE_CKPT");
-  });
-
-  it("defaults SERVICE_DEVICE to cpu and SERVICE_RUNTIME to auto", async () => {
-    const engine = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
-    try {
-      expect(engine.device).to.equal("cpu");
-      expect(engine.runtime).to.equal("native");
-    } finally {
-      await engine.dispose();
-    }
-  });
-
-  it("selects the device and runtime named by the environment, with clear errors", async () => {
-    const script = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "torchscript" });
-    expect(script.runtime).to.equal("torchscript");
-    await script.dispose();
-    if (loadAddon().cudaAvailable()) {
-      // A GPU host: SERVICE_DEVICE=cuda loads there, on the TorchScript runtime (native is CPU-only).
-      const gpu = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" });
-      expect([gpu.device, gpu.runtime]).to.deep.equal(["cuda:0", "torchscript"]);
-      await gpu.dispose();
-    } else {
-      // A CPU-only build or host: the clear startup error.
-      const cuda = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_DEVICE: "cuda" }));
-      expect(cuda.code).to.equal("ERR_DEVICE");
-      expect(cuda.message).to.include("cuda");
-    }
-    const runtime = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_RUNTIME: "fast" }));
-    expect(runtime.code).to.equal("ERR_CONFIG");
-    const threads = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_THREADS: "two" }));
-    expect(threads.message).to.include("SERVICE_THREADS");
-  });
-
-  it("caps the native kernel family with SERVICE_KERNELS", async () => {
-    const capped = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "baseline" });
-    try {
-      expect(capped.runtime).to.equal("native");
-      expect(capped.kernels).to.equal("baseline");
-    } finally {
-      await capped.dispose();
-    }
-    const best = await createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt") });
-    try {
-      expect(best.kernels).to.equal(loadAddon().kernelFamilies[0]);
-    } finally {
-      await best.dispose();
-    }
-    const bad = await rejection(createEngineFromEnv({ SERVICE_CKPT: fixture("tiny-gpt.pt"), SERVICE_KERNELS: "sse" }));
-    expect(bad.code).to.equal("ERR_CONFIG");
-    expect(bad.message).to.include("SERVICE_KERNELS");
   });
 });

@@ -26,7 +26,7 @@ describe("HTTP fuzz (seeded, both apps, real engines)", function () {
 
   it(`${CASES} hostile requests: no 5xx, no hang, no stack trace or path in a body; served normally afterwards`, async () => {
     const run = await runFuzz(
-      { text: targets.text.port, recsys: targets.recsys.port },
+      { text: targets.text, recsys: targets.recsys },
       { iterations: CASES, seed: SEED, concurrency: 6, timeoutMs: 10_000, root: repoRoot },
     );
     const statuses: Record<string, number> = {};
@@ -50,7 +50,7 @@ describe("HTTP fuzz (seeded, both apps, real engines)", function () {
 
   it("an internal failure answers a plain 500 body: no message, stack or path", async () => {
     // Any 5xx the fuzz could not provoke: an engine that throws with a path in its message.
-    const { createApp } = await import("../../src/http/createApp.js");
+    const { createApp } = await import("../../src/http/text/createApp.js");
     const { serve } = await import("../helpers/http.js");
     const failing = {
       generateBatch: () => Promise.reject(new Error(`boom at ${repoRoot}/src/engine/TorchEngine.ts:12`)),

@@ -2,15 +2,10 @@
  * TorchRecommender's own behaviour against an in-process module (no addon, no Python):
  * known and unknown users, k handling, fallbacks, batching, lifecycle, configuration.
  */
-import { createHash } from "node:crypto";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { expect } from "chai";
 import { ServingError } from "../../src/errors.js";
-import type { RawAddon, RawLoadOptions } from "../../src/native/types.js";
 import {
   TorchRecommender,
-  createRecommenderFromEnv,
   type FallbackReason,
   type TorchRecommenderOptions,
 } from "../../src/recsys/index.js";
@@ -23,8 +18,9 @@ import {
   USER_IDS,
   deferred,
   expectedTopK,
+  fakeAddon,
+  writeCheckpoint,
 } from "./fakeModule.js";
-import { makeTempDir } from "./pythonFixture.js";
 
 async function rejection(promise: Promise<unknown>): Promise<ServingError> {
   try {
@@ -193,36 +189,7 @@ describe("TorchRecommender with an in-process module", () => {
   });
 });
 
-describe("TorchRecommender.load and createRecommenderFromEnv", () => {
-  /** An addon whose modules are the in-process fake; records what it was asked. */
-  function fakeAddon(): RawAddon & { loads: Array<{ path: string; options: RawLoadOptions }> } {
-    const loads: Array<{ path: string; options: RawLoadOptions }> = [];
-    return {
-      loads,
-      torchVersion: "fake",
-      errorCodes: [],
-      kernelFamilies: ["baseline"],
-      nativeArchitectures: [],
-      decideRuntime: () => ({ runtime: "torchscript", timed: false, reason: "fake" }),
-      cudaAvailable: () => false,
-      cudaDeviceCount: () => 0,
-      async loadModule(path, options) {
-        loads.push({ path, options });
-        return new FakeRecommenderModule();
-      },
-      async loadLanguageModel() {
-        throw new Error("not a language model addon");
-      },
-    };
-  }
-
-  function writeCheckpoint(bytes: Buffer, checksumOf: Buffer = bytes): string {
-    const path = join(makeTempDir("ckpt-"), "model.pt");
-    writeFileSync(path, bytes);
-    writeFileSync(`${path}.sha256`, `${createHash("sha256").update(checksumOf).digest("hex")}  model.pt\n`);
-    return path;
-  }
-
+describe("TorchRecommender.load", () => {
   it("verifies the checksum beside the checkpoint and loads through the addon", async () => {
     const path = writeCheckpoint(Buffer.from("checkpoint bytes"));
     const addon = fakeAddon();
@@ -246,30 +213,6 @@ describe("TorchRecommender.load and createRecommenderFromEnv", () => {
     expect(err.code).to.equal("ERR_CHECKPOINT_INVALID");
     expect(err.message).to.match(/sha256/);
     expect(addon.loads).to.deep.equal([]);
-  });
-
-  it("names RECSYS_CKPT when it is missing or empty", async () => {
-    for (const env of [{}, { RECSYS_CKPT: "" }, { RECSYS_DEVICE: "cpu" }]) {
-      const err = await rejection(createRecommenderFromEnv(env));
-      expect(err.code).to.equal("ERR_CONFIG");
-      expect(err.message).to.contain("RECSYS_CKPT");
-    }
-  });
-
-  it("reports a checkpoint path that does not exist", async () => {
-    const err = await rejection(createRecommenderFromEnv({ RECSYS_CKPT: "/nonexistent/recsys.pt" }));
-    expect(err.code).to.equal("ERR_CHECKPOINT_NOT_FOUND");
-    expect(err.message).to.contain("/nonexistent/recsys.pt");
-  });
-
-  it("passes RECSYS_DEVICE to the addon, cpu by default", async () => {
-    const path = writeCheckpoint(Buffer.from("another checkpoint"));
-    for (const [env, device] of [[{ RECSYS_CKPT: path }, "cpu"], [{ RECSYS_CKPT: path, RECSYS_DEVICE: "cuda:1" }, "cuda:1"]] as const) {
-      const addon = fakeAddon();
-      const rec = await createRecommenderFromEnv(env, { addon });
-      await rec.dispose();
-      expect(addon.loads[0]!.options.device).to.equal(device);
-    }
   });
 });
 

@@ -3,7 +3,11 @@
  * tests of TorchRecommender's own logic (batching, fallback, k handling) without the addon.
  * Scores are a fixed, tie-free function of (user, item); each user has seen a few items.
  */
-import type { RawModule, RawTensor, RawValue } from "../../src/native/types.js";
+import { createHash } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { RawAddon, RawLoadOptions, RawModule, RawTensor, RawValue } from "../../src/native/types.js";
+import { makeTempDir } from "./pythonFixture.js";
 
 export const USER_IDS = [1, 3, 4, 8, 9, 15, 16, 23]; // raw ids with gaps
 // Sparse raw ids; two need more than 31 bits (the recommender reads ids through int32 halves).
@@ -105,4 +109,34 @@ export function deferred(): { promise: Promise<void>; resolve: () => void } {
   let resolve!: () => void;
   const promise = new Promise<void>((r) => (resolve = r));
   return { promise, resolve };
+}
+
+/** An addon whose modules are the in-process fake; records what it was asked. */
+export function fakeAddon(): RawAddon & { loads: Array<{ path: string; options: RawLoadOptions }> } {
+  const loads: Array<{ path: string; options: RawLoadOptions }> = [];
+  return {
+    loads,
+    torchVersion: "fake",
+    errorCodes: [],
+    kernelFamilies: ["baseline"],
+    nativeArchitectures: [],
+    decideRuntime: () => ({ runtime: "torchscript", timed: false, reason: "fake" }),
+    cudaAvailable: () => false,
+    cudaDeviceCount: () => 0,
+    async loadModule(path, options) {
+      loads.push({ path, options });
+      return new FakeRecommenderModule();
+    },
+    async loadLanguageModel() {
+      throw new Error("not a language model addon");
+    },
+  };
+}
+
+/** A checkpoint file of these bytes, with a .sha256 of `checksumOf` beside it. */
+export function writeCheckpoint(bytes: Buffer, checksumOf: Buffer = bytes): string {
+  const path = join(makeTempDir("ckpt-"), "model.pt");
+  writeFileSync(path, bytes);
+  writeFileSync(`${path}.sha256`, `${createHash("sha256").update(checksumOf).digest("hex")}  model.pt\n`);
+  return path;
 }

@@ -4,7 +4,8 @@
 import { join } from "node:path";
 import { expect } from "chai";
 import { createRecsysApp } from "../../src/http/index.js";
-import { createRecommenderFromEnv, type TorchRecommender } from "../../src/recsys/index.js";
+import type { TorchRecommender } from "../../src/recsys/index.js";
+import { createRecommenderFromEnv } from "../../src/server/fromEnv.js";
 import { serve, type Running } from "../helpers/http.js";
 import { pythonRecommend, repoRoot, type PythonRecommendations } from "./pythonFixture.js";
 

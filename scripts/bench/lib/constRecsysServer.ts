@@ -6,7 +6,7 @@
  */
 import type { AddressInfo } from "node:net";
 
-import { createRecsysApp } from "../../../src/http/createRecsysApp.js";
+import { createRecsysApp } from "../../../src/http/recsys/createRecsysApp.js";
 
 const ITEMS = [318, 858, 50, 527, 1221, 2571, 260, 1196, 2959, 296];
 const app = createRecsysApp({ recommend: (_userId: number, k: number) => ({ items: ITEMS.slice(0, k), fallback: false }) });

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { RequestHandler } from "express";
-import type { AppShell } from "../appShell.js";
+import type { AppShell } from "../shell/appShell.js";
 
 export type PlaygroundPage = "text" | "recsys";
 

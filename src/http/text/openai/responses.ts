@@ -1,0 +1,94 @@
+/** OpenAI response bodies from engine results: completions and chat, whole and as stream chunks. */
+import { randomUUID } from "node:crypto";
+import type { Completion, CompletionChoice, CompletionChunk, TokenLogprob } from "../../../types.js";
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export function usageOf(promptTokens: number, completionTokens: number): Usage {
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+}
+
+export function totalUsage(completions: readonly Completion[]): Usage {
+  let prompt = 0;
+  let completion = 0;
+  for (const c of completions) {
+    prompt += c.promptTokens;
+    for (const choice of c.choices) completion += choice.completionTokens;
+  }
+  return usageOf(prompt, completion);
+}
+
+export const newId = (prefix: "cmpl" | "chatcmpl"): string => `${prefix}-${randomUUID().replace(/-/g, "")}`;
+export const now = (): number => Math.floor(Date.now() / 1000);
+
+/** Completions' legacy logprobs object; text_offset counts from the start of the choice's text. */
+export function completionLogprobs(tokens: readonly TokenLogprob[] | undefined, offset = 0) {
+  if (!tokens) return null;
+  const textOffset: number[] = [];
+  let at = offset;
+  for (const t of tokens) {
+    textOffset.push(at);
+    at += t.token.length;
+  }
+  return {
+    tokens: tokens.map((t) => t.token),
+    token_logprobs: tokens.map((t) => t.logprob),
+    top_logprobs: tokens.map((t) => Object.fromEntries(t.top.map((alt) => [alt.token, alt.logprob]))),
+    text_offset: textOffset,
+  };
+}
+
+/** Chat's logprobs object. */
+export function chatLogprobs(tokens: readonly TokenLogprob[] | undefined) {
+  if (!tokens) return null;
+  return {
+    content: tokens.map((t) => ({
+      token: t.token,
+      logprob: t.logprob,
+      bytes: t.bytes,
+      top_logprobs: t.top.map((alt) => ({ token: alt.token, logprob: alt.logprob, bytes: alt.bytes })),
+    })),
+  };
+}
+
+export function completionChoice(choice: CompletionChoice, index: number, prefix: string) {
+  return {
+    index,
+    text: prefix + choice.text,
+    logprobs: completionLogprobs(choice.logprobs),
+    finish_reason: choice.finishReason,
+  };
+}
+
+export function chatChoice(choice: CompletionChoice, index: number) {
+  return {
+    index,
+    message: { role: "assistant", content: choice.text, refusal: null },
+    logprobs: chatLogprobs(choice.logprobs),
+    finish_reason: choice.finishReason,
+  };
+}
+
+/** One streamed chunk's choice, per route. */
+export function completionChunkChoice(chunk: CompletionChunk) {
+  return {
+    index: chunk.index,
+    text: chunk.text,
+    logprobs: completionLogprobs(chunk.logprobs),
+    finish_reason: chunk.finishReason ?? null,
+  };
+}
+
+export function chatChunkChoice(chunk: CompletionChunk) {
+  const delta: { content?: string } = chunk.text || !chunk.finishReason ? { content: chunk.text } : {};
+  return {
+    index: chunk.index,
+    delta,
+    logprobs: chatLogprobs(chunk.logprobs),
+    finish_reason: chunk.finishReason ?? null,
+  };
+}
