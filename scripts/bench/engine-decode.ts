@@ -20,6 +20,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
 import { loadAddon } from "../../src/native/binding.js";
+import { kernelFamiliesToTime } from "./lib/args.js";
 import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { median } from "./lib/stats.js";
 
@@ -51,14 +52,7 @@ const newTokens = args.quick ? 32 : Number(args["new-tokens"]);
 const batches = [1, 8, 32];
 const promptLen = 16;
 const prefillLen = 500;
-const supported = loadAddon().kernelFamilies;
-const families = (args.kernels ? args.kernels.split(",") : [...supported]) as KernelFamily[];
-for (const family of families) {
-  if (!supported.includes(family)) {
-    console.error(`kernel family ${family} is not one this CPU runs (it has: ${supported.join(", ")})`);
-    process.exit(2);
-  }
-}
+const families = kernelFamiliesToTime(args.kernels, loadAddon().kernelFamilies);
 
 interface Measurement {
   decodeStepSeconds: Record<number, number>;

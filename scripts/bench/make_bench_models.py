@@ -39,26 +39,26 @@ def gpt2_small():
     return GPT(cfg), dict(architecture="gpt", **cfg.to_dict())
 
 
-def llama_135m():
-    cfg = LlamaConfig(vocab_size=49152, block_size=1024, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
-                      intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True)
+def random_llama(cfg: LlamaConfig):
+    """A LlamaLM of this shape with N(0, 0.02) matrices (GPT-2's initialisation)."""
     model = LlamaLM(cfg)
     with torch.no_grad():
         for _, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
     return model, dict(architecture="llama", **cfg.to_dict())
+
+
+def llama_135m():
+    return random_llama(LlamaConfig(vocab_size=49152, block_size=1024, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
+                                    intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                    tie_word_embeddings=True))
 
 
 def llama_1b():
-    cfg = LlamaConfig(vocab_size=128256, block_size=1024, n_layer=16, n_head=32, n_kv_head=8, n_embd=2048,
-                      intermediate_size=8192, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True)
-    model = LlamaLM(cfg)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02)
-    return model, dict(architecture="llama", **cfg.to_dict())
+    return random_llama(LlamaConfig(vocab_size=128256, block_size=1024, n_layer=16, n_head=32, n_kv_head=8,
+                                    n_embd=2048, intermediate_size=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                    tie_word_embeddings=True))
 
 
 MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16")),

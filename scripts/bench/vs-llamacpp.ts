@@ -28,6 +28,7 @@ import { parseArgs } from "node:util";
 import { getLlama, LlamaLogLevel, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 
 import { loadAddon } from "../../src/native/binding.js";
+import { kernelFamiliesToTime } from "./lib/args.js";
 import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { machineFacts } from "./lib/machine.js";
 import { repoRoot } from "./lib/paths.js";
@@ -59,14 +60,7 @@ const promptLen = 16;
 const prefillLen = 400;
 const python = "/usr/bin/python3";
 
-const supported = loadAddon().kernelFamilies;
-const families = (args.kernels ? args.kernels.split(",") : [...supported]) as KernelFamily[];
-for (const family of families) {
-  if (!supported.includes(family)) {
-    console.error(`kernel family ${family} is not one this CPU runs (it has: ${supported.join(", ")})`);
-    process.exit(2);
-  }
-}
+const families = kernelFamiliesToTime(args.kernels, loadAddon().kernelFamilies);
 
 type Files = Partial<Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf", string>>;
 const files = JSON.parse(

@@ -1,3 +1,5 @@
+import type { KernelFamily } from "../../../src/native/types.js";
+
 /** A tiny flag parser for the benchmark scripts: `--name value`, `--name=value`, `--flag`. */
 export type Flags = Map<string, string | true>;
 
@@ -44,4 +46,19 @@ export function stringFlag(flags: Flags, name: string, fallback: string): string
 function fail(usage: string, message: string): never {
   console.error(`${message}\n\n${usage}`);
   process.exit(2);
+}
+
+/**
+ * The native kernel families a benchmark times: those --kernels names (comma-separated), or
+ * every family this CPU runs; exits naming the families it has when one is not among them.
+ */
+export function kernelFamiliesToTime(flag: string | undefined, supported: readonly KernelFamily[]): KernelFamily[] {
+  const families = (flag ? flag.split(",") : [...supported]) as KernelFamily[];
+  for (const family of families) {
+    if (!supported.includes(family)) {
+      console.error(`kernel family ${family} is not one this CPU runs (it has: ${supported.join(", ")})`);
+      process.exit(2);
+    }
+  }
+  return families;
 }
