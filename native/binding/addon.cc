@@ -9,6 +9,7 @@
 #include "common/ErrorCodes.h"
 #include "kernels/Kernels.h"
 #include "runtime/Runtime.h"
+#include "steppers/NativeRegistry.h"
 
 namespace tsn {
 

@@ -7,8 +7,7 @@
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
-#include "steppers/GptStepper.h"
-#include "steppers/LlamaStepper.h"
+#include "steppers/NativeRegistry.h"
 #include "steppers/ScriptStepper.h"
 
 namespace tsn {
@@ -102,27 +101,7 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
   return std::make_unique<ScriptStepper>(wide ? wide : FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
 }
 
-template <typename T>
-std::unique_ptr<Stepper> Make(const NativeContext& context) {
-  return std::make_unique<T>(context);
-}
-
-// Architecture -> native CPU stepper.
-const std::map<std::string, NativeFactory>& Registry() {
-  static const std::map<std::string, NativeFactory> registry = {
-      {"gpt", &Make<GptStepper>},
-      {"llama", &Make<LlamaStepper>},
-  };
-  return registry;
-}
-
 }  // namespace
-
-std::vector<std::string> NativeArchitectures() {
-  std::vector<std::string> names;
-  for (const auto& entry : Registry()) names.push_back(entry.first);
-  return names;
-}
 
 bool FastBf16Matmul() {
   __builtin_cpu_init();
@@ -161,15 +140,15 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
   }
 
   std::string reason;
-  const auto factory = Registry().find(request.architecture);
-  if (factory == Registry().end()) {
+  const NativeFactory factory = FindNativeStepper(request.architecture);
+  if (!factory) {
     reason = "architecture \"" + request.architecture + "\" has no native runtime";
   } else if (!model.device.is_cpu()) {
     reason = "the native runtime is CPU-only; " + model.device.str() + " runs the TorchScript forward";
   } else {
     try {
       const KernelSet& kernels = SelectKernels(request.kernels);
-      auto native = factory->second(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+      auto native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
       const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
       const bool sixteen = request.dtype != at::kFloat;
       // 16-bit checkpoints are checked against their forward run in float32 (kTolerance16).

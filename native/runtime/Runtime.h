@@ -1,12 +1,12 @@
 // Which Stepper runs a language model. A registry maps an architecture name (config.json
 // "architecture") to its native CPU stepper; "auto" uses it where the checkpoint is on the
 // CPU and the native forward reproduces the checkpoint's own, else the TorchScript forward.
-// The next architecture is one new stepper plus one line in the registry (Runtime.cc).
+// The registry is steppers/NativeRegistry.h: the next architecture is one new stepper, which
+// registers itself.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "runtime/Checkpoint.h"
 #include "steppers/ModelFields.h"
@@ -58,11 +58,6 @@ RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& ti
 // Whether this CPU multiplies bfloat16 at a useful rate in libtorch (AVX512_BF16 or AMX):
 // elsewhere torch 1.13's bf16 matmul ran 64x slower than float32 (1.4 against 92 GFLOP/s).
 bool FastBf16Matmul();
-
-using NativeFactory = std::unique_ptr<Stepper> (*)(const NativeContext& context);
-
-// Architectures with a native CPU stepper.
-std::vector<std::string> NativeArchitectures();
 
 // Runs on the inference thread. Throws CodedError when "native" was demanded and cannot be
 // used, or the request is malformed.

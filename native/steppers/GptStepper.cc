@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "steppers/NativeRegistry.h"
+
 namespace tsn {
 
 GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "gpt") {
@@ -131,5 +133,10 @@ void GptStepper::Layers(int member, int rows) {
     });
   }
 }
+
+// The native stepper of config.json "architecture": "gpt".
+const NativeRegistration kGptRegistration("gpt", [](const NativeContext& context) -> std::unique_ptr<Stepper> {
+  return std::make_unique<GptStepper>(context);
+});
 
 }  // namespace tsn

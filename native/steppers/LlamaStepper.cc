@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "steppers/NativeRegistry.h"
+
 namespace tsn {
 
 // The checkpoint's own rotary inverse frequencies (llama.py's buffer rope_inv_freq, [head_dim / 2],
@@ -187,5 +189,10 @@ void LlamaStepper::Layers(int member, int rows) {
     });
   }
 }
+
+// The native stepper of config.json "architecture": "llama".
+const NativeRegistration kLlamaRegistration("llama", [](const NativeContext& context) -> std::unique_ptr<Stepper> {
+  return std::make_unique<LlamaStepper>(context);
+});
 
 }  // namespace tsn

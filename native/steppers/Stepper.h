@@ -1,8 +1,9 @@
 // One forward step of a causal LM with a KV cache it owns (docs/checkpoint.md):
 // forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
 // call; rows may sit at different positions. Implementations: ScriptStepper (any
-// TorchScript checkpoint, any device) and the native CPU steppers that Runtime.cc registers
-// by architecture (DecoderStepper's GptStepper for "gpt", LlamaStepper for "llama").
+// TorchScript checkpoint, any device) and the native CPU steppers, each registered by
+// architecture in NativeRegistry.h (DecoderStepper's GptStepper for "gpt", LlamaStepper for
+// "llama").
 #pragma once
 
 #include <ATen/ATen.h>
