@@ -3,9 +3,10 @@
     {
       "target_name": "torchserve",
       "sources": [
-        "<!@(node -e \"const fs=require('fs');console.log(fs.readdirSync('native').filter(f=>f.endsWith('.cc')).map(f=>'native/'+f).join(' '))\")"
+        "<!@(node -e \"const fs=require('fs');console.log(fs.readdirSync('native',{recursive:true}).filter(f=>f.endsWith('.cc')).sort().map(f=>'native/'+f).join(' '))\")"
       ],
       "include_dirs": [
+        "native",
         "<!(node scripts/torch-paths.mjs --node-addon-api)",
         "<!@(node scripts/torch-paths.mjs --include)"
       ],

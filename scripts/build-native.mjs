@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
-import { dirname, join, resolve, sep } from "node:path";
+import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { findTorch, TorchNotFoundError, torchFixes } from "./torch-paths.mjs";
@@ -33,7 +33,8 @@ export const OUTPUTS = {
 function sourceHash() {
   const hash = createHash("sha256");
   const files = ["CMakeLists.txt", "binding.gyp", "scripts/torch-paths.mjs"];
-  for (const name of readdirSync(join(root, "native")).sort()) files.push(join("native", name));
+  const native = readdirSync(join(root, "native"), { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile());
+  for (const name of native.map((entry) => join(entry.parentPath ?? entry.path, entry.name)).sort()) files.push(relative(root, name));
   for (const file of files) {
     hash.update(file);
     hash.update(readFileSync(join(root, file)));

@@ -42,7 +42,7 @@ GREEDY_TEMPERATURE = 1e-5   # temperatures at or below this are greedy (no NaN f
 @dataclass
 class SamplingSettings:
     """How one row chooses tokens: the Python face of src/types.ts SamplingSettings and
-    native/Sampler.h SamplingSettings (wire names of the HTTP schema)."""
+    native/runtime/Sampler.h SamplingSettings (wire names of the HTTP schema)."""
     temperature: float = 0.0
     top_k: Optional[int] = None
     top_p: float = 1.0

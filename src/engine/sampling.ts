@@ -4,7 +4,7 @@
  * SamplingSettings' optional fields are derived from it, the HTTP schemas embed its schemas
  * (src/http/text/schemas.ts `samplingProperties`, shared by /generate and /v1), validation
  * reads wire bodies with it, and the engine copies the same fields to the addon's sampler
- * (native/Sampler.h, read by native/JsArgs.cc ParseSamplingSettings). A new setting is one
+ * (native/runtime/Sampler.h, read by native/binding/JsArgs.cc ParseSamplingSettings). A new setting is one
  * entry here, then its C++ (and Python reference). docs/openai.md gives the order in which
  * they apply.
  */

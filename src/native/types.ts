@@ -35,7 +35,7 @@ export interface RawModule {
 }
 
 /**
- * A row's sampling settings as the addon reads them (native/JsArgs.cc ParseSamplingSettings):
+ * A row's sampling settings as the addon reads them (native/binding/JsArgs.cc ParseSamplingSettings):
  * the public SamplingSettings with top_k 0 for the whole vocabulary, seed -1 for a drawn one,
  * and `logprobs` (>= 0: report each token's log-probability and this many alternatives).
  */
@@ -133,7 +133,7 @@ export interface RawRuntimeChoice {
 
 export interface RawAddon {
   readonly torchVersion: string;
-  /** Every error code the addon raises (native/ErrorCodes.h); each is in src/errors.ts. */
+  /** Every error code the addon raises (native/common/ErrorCodes.h); each is in src/errors.ts. */
   readonly errorCodes: readonly string[];
   /** Kernel families this CPU can run, best first. */
   readonly kernelFamilies: readonly KernelFamily[];

@@ -91,7 +91,7 @@ describe("native addon", function () {
 
   it("runs natively exactly the architectures the table marks native (python/torchserve_node/architectures.json)", () => {
     // The exporter reads the same table: an architecture it writes and the registry in
-    // native/Runtime.cc must not drift apart.
+    // native/steppers/NativeRegistry.h must not drift apart.
     const table = JSON.parse(readFileSync(join(repoRoot, "python", "torchserve_node", "architectures.json"), "utf8")) as {
       architectures: Record<string, { native: boolean }>;
     };

@@ -12,7 +12,7 @@
  * other (a near-tie that a difference within the tolerance may flip); after that the sequences
  * are no longer comparable. Tolerances: float32 1e-3 (the load-time check's); 16-bit on the
  * native runtime 2e-2 (activations rounded to bf16 before the bf16 dot products; see
- * native/Runtime.cc); 16-bit on the TorchScript runtime 5e-2 (it rounds every activation to
+ * native/runtime/Runtime.cc); 16-bit on the TorchScript runtime 5e-2 (it rounds every activation to
  * 16 bits; on a CPU without fast 16-bit matmuls it computes them in float32: 1e-3). At least
  * half of all steps must be compared, so a broken runtime cannot pass by parting early everywhere.
  */
@@ -61,7 +61,7 @@ function agreedSteps(c: ReferenceCase, output: number[], tolerance: number, labe
 
 const addon = loadAddon();
 const cpuFlags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
-/** Whether libtorch multiplies bf16 fast here (AVX512_BF16 or AMX), as native/Runtime.cc decides. */
+/** Whether libtorch multiplies bf16 fast here (AVX512_BF16 or AMX), as native/runtime/Runtime.cc decides. */
 const fastBf16 = cpuFlags.has("avx512_bf16") || cpuFlags.has("amx_bf16");
 const variants = ["llama-gqa", "qwen-bias-tied", "llama3-scaled", "llama-gqa-bf16", "llama-gqa-fp16", "gpt-bf16", "gpt-fp16"];
 const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [

@@ -157,7 +157,7 @@ describe("installed as a dependency (npm pack, then npm install --offline in a f
     const paths = pack.files.map((file) => file.path);
     for (const needed of [
       "package.json", "README.md", "CMakeLists.txt", "binding.gyp", "scripts/build-native.mjs", "scripts/torch-paths.mjs",
-      "dist/src/index.js", "dist/src/index.d.ts", "dist/src/server.js", "native/addon.cc",
+      "dist/src/index.js", "dist/src/index.d.ts", "dist/src/server.js", "native/binding/addon.cc",
       "models/brown-gpt.pt", "models/brown-gpt.pt.sha256", "models/recsys-demo.pt", "models/recsys-demo.pt.sha256",
       "src/http/playground/assets/text.html",
     ]) {

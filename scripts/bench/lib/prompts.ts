@@ -23,7 +23,7 @@ export const PROMPTS: readonly string[] = [
   "The engine of the car",
 ];
 
-/** Temperatures at or below 1e-5 mean greedy (native/Sampler.h, python/torchserve_node/reference.py). */
+/** Temperatures at or below 1e-5 mean greedy (native/runtime/Sampler.h, python/torchserve_node/reference.py). */
 export const GREEDY_TEMPERATURE = 1e-6;
 
 export interface WireRequest {

@@ -1,0 +1,42 @@
+// Loads a checkpoint on the libuv pool (a short, one-off job) and resolves to a TorchModel.
+#pragma once
+
+#include <napi.h>
+
+#include <string>
+#include <vector>
+
+#include "common/Errors.h"
+#include "runtime/Checkpoint.h"
+
+namespace tsn {
+
+struct LoadRequest {
+  std::string path;
+  std::string device = "cpu";
+  std::vector<std::string> extraFiles;
+  int threads = 0;
+  bool languageModel = false;
+};
+
+class LoadWorker : public Napi::AsyncWorker {
+ public:
+  LoadWorker(Napi::Env env, LoadRequest request);
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override;
+  void OnOK() override;
+  void OnError(const Napi::Error& error) override;
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  LoadRequest request_;
+  LoadedModel loaded_;
+  ErrorInfo failure_;
+};
+
+// loadModule(path, options) / loadLanguageModel(path, options): never throw, always a Promise.
+Napi::Value LoadModel(const Napi::CallbackInfo& info, bool languageModel);
+
+}  // namespace tsn

@@ -1,0 +1,224 @@
+#include "kernels/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <immintrin.h>
+#include <new>
+
+#include "common/ErrorCodes.h"
+#include "common/Errors.h"
+
+#define TSN_INLINE inline __attribute__((always_inline))
+#define TSN_NOINLINE __attribute__((noinline))
+
+// One copy of the kernels per instruction set. Each tile function is its own (non-inlined)
+// function: inlined into one large function, GCC stops keeping the accumulators in registers.
+// avx512_bf16 differs from avx512 only in how bf16 weights are multiplied (TSN_DPBF16:
+// vdpbf16ps on bf16-rounded activations instead of widening the weights to float).
+// The many-row tile (rows x 16-column panels) per family, sized to its vector registers
+// (see Block in KernelsBody.inc).
+#define TSN_F16C
+#define TSN_DPBF16
+#define TSN_VECTOR_BYTES 64
+#define TSN_TILE_ROWS 8
+#define TSN_TILE_PANELS 2
+#define TSN_ROW_PANELS 4
+#define TSN_FEW_ROWS 0
+// GCC's own _mm512_cvtph_ps starts from an undefined vector, which -Wall reports at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")
+namespace tsn::avx512_bf16 {
+#include "kernels/KernelsBody.inc"
+}  // namespace tsn::avx512_bf16
+#pragma GCC pop_options
+#undef TSN_DPBF16
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c,bmi2")
+namespace tsn::avx512 {
+#include "kernels/KernelsBody.inc"
+}  // namespace tsn::avx512
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+#undef TSN_TILE_ROWS
+#undef TSN_TILE_PANELS
+#undef TSN_VECTOR_BYTES
+#define TSN_VECTOR_BYTES 32
+#define TSN_TILE_ROWS 6
+#define TSN_TILE_PANELS 1
+#undef TSN_FEW_ROWS
+#define TSN_FEW_ROWS 2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace tsn::avx2 {
+#include "kernels/KernelsBody.inc"
+}  // namespace tsn::avx2
+#pragma GCC pop_options
+#undef TSN_F16C
+
+#undef TSN_TILE_ROWS
+#undef TSN_TILE_PANELS
+#undef TSN_ROW_PANELS
+#undef TSN_VECTOR_BYTES
+#define TSN_VECTOR_BYTES 16
+#define TSN_TILE_ROWS 2
+#define TSN_TILE_PANELS 1
+#define TSN_ROW_PANELS 2
+#undef TSN_FEW_ROWS
+#define TSN_FEW_ROWS 0
+namespace tsn::baseline {
+#include "kernels/KernelsBody.inc"
+}  // namespace tsn::baseline
+
+namespace tsn {
+
+namespace {
+
+bool HasAvx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+bool HasAvx512Bf16() {
+  __builtin_cpu_init();
+  return HasAvx512() && __builtin_cpu_supports("avx512bf16");
+}
+
+bool HasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+#define TSN_KERNEL_SET(ns) \
+  KernelSet{#ns, &ns::LinearPanels, &ns::LayerNormRows, &ns::RmsNormRows, &ns::SwiGlu, &ns::AttendHead}
+const KernelSet kAvx512Bf16 = TSN_KERNEL_SET(avx512_bf16);
+const KernelSet kAvx512 = TSN_KERNEL_SET(avx512);
+const KernelSet kAvx2 = TSN_KERNEL_SET(avx2);
+const KernelSet kBaseline = TSN_KERNEL_SET(baseline);
+#undef TSN_KERNEL_SET
+
+}  // namespace
+
+const KernelSet& SelectKernels(const std::string& cap) {
+  if (cap != "auto" && cap != "avx512_bf16" && cap != "avx512" && cap != "avx2" && cap != "baseline") {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "kernels must be \"auto\", \"avx512_bf16\", \"avx512\", \"avx2\" or \"baseline\", got \"" +
+                         cap + "\"");
+  }
+  if ((cap == "auto" || cap == "avx512_bf16") && HasAvx512Bf16()) return kAvx512Bf16;
+  if ((cap == "auto" || cap == "avx512_bf16" || cap == "avx512") && HasAvx512()) return kAvx512;
+  if (cap != "baseline" && HasAvx2()) return kAvx2;
+  return kBaseline;
+}
+
+std::vector<std::string> SupportedKernelFamilies() {
+  std::vector<std::string> families;
+  if (HasAvx512Bf16()) families.push_back("avx512_bf16");
+  if (HasAvx512()) families.push_back("avx512");
+  if (HasAvx2()) families.push_back("avx2");
+  families.push_back("baseline");
+  return families;
+}
+
+void AlignedFloats::Free::operator()(float* p) const { std::free(p); }
+
+void AlignedFloats::Resize(size_t count) {
+  if (count <= size && data) return;
+  void* memory = nullptr;
+  if (posix_memalign(&memory, 64, std::max<size_t>(count, 16) * sizeof(float)) != 0) throw std::bad_alloc();
+  data.reset(static_cast<float*>(memory));
+  size = count;
+}
+
+void PackedLinear::FreeHalves::operator()(uint16_t* p) const { std::free(p); }
+
+PackedLinear::PackedLinear(const float* weight, const float* bias, int n, int k, WeightType type)
+    : n_(n), k_(k), panels_((n + 15) / 16), type_(type) {
+  if (type != WeightType::F32 && k % 2 != 0) {
+    throw CodedError(ErrorCode::kCheckpointInterface, "16-bit weights need an even input width, got " + std::to_string(k));
+  }
+  bias_.Resize(static_cast<size_t>(panels_) * 16);
+  std::memset(bias_.get(), 0, sizeof(float) * bias_.size);
+  if (bias) std::memcpy(bias_.get(), bias, sizeof(float) * n);
+  const size_t count = static_cast<size_t>(panels_) * k * 16;
+  if (type == WeightType::F32) {
+    packed_.Resize(count);
+    std::memset(packed_.get(), 0, sizeof(float) * count);
+    for (int col = 0; col < n; ++col) {
+      float* panel = packed_.get() + static_cast<size_t>(col / 16) * k * 16 + col % 16;
+      for (int kk = 0; kk < k; ++kk) panel[kk * 16] = weight[static_cast<size_t>(col) * k + kk];
+    }
+    return;
+  }
+  void* memory = nullptr;
+  if (posix_memalign(&memory, 64, std::max<size_t>(count, 32) * sizeof(uint16_t)) != 0) throw std::bad_alloc();
+  halves_.reset(static_cast<uint16_t*>(memory));
+  std::memset(halves_.get(), 0, sizeof(uint16_t) * count);
+  for (int col = 0; col < n; ++col) {
+    uint16_t* panel = halves_.get() + static_cast<size_t>(col / 16) * k * 16;
+    const float* row = weight + static_cast<size_t>(col) * k;
+    for (int kk = 0; kk < k; ++kk) {
+      if (type == WeightType::BF16) {
+        panel[(kk / 2) * 32 + (col % 16) * 2 + kk % 2] = FloatToBf16(row[kk]);
+      } else {
+        panel[kk * 16 + col % 16] = FloatToHalf(row[kk]);
+      }
+    }
+  }
+}
+
+WeightType WeightTypeOf(const std::string& dtype) {
+  if (dtype == "bfloat16") return WeightType::BF16;
+  if (dtype == "float16") return WeightType::F16;
+  return WeightType::F32;
+}
+
+uint16_t FloatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+uint16_t FloatToHalf(float value) {
+  // F16C's conversion rounds to nearest even; done in software here so packing needs no F16C.
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000;
+  const uint32_t magnitude = bits & 0x7fffffff;
+  if (magnitude > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);
+  if (magnitude >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds past 65504: infinity
+  if (magnitude < 0x38800000) {  // a half subnormal (or zero): round value * 2^24 to an integer
+    float scaled;
+    uint32_t m = magnitude;
+    std::memcpy(&scaled, &m, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled * 16777216.0f)));
+  }
+  const uint32_t rounded = magnitude + 0xfff + ((magnitude >> 13) & 1);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
+}
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
+  const uint32_t magnitude = half & 0x7fff;
+  uint32_t bits;
+  if (magnitude >= 0x7c00) {
+    bits = sign | 0x7f800000 | ((magnitude & 0x3ff) << 13);
+  } else {
+    float value = static_cast<float>(magnitude >> 10 ? (0x400 | (magnitude & 0x3ff)) : magnitude) *
+                  std::ldexp(1.0f, static_cast<int>(magnitude >> 10 ? (magnitude >> 10) - 25 : -24));
+    std::memcpy(&bits, &value, 4);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+}  // namespace tsn

@@ -1,0 +1,97 @@
+#include "kernels/ThreadTeam.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace tsn {
+
+namespace {
+
+inline void Relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins a little, then yields the core: cheap when every member has a core of its own,
+// harmless when they share one.
+template <typename Done>
+void WaitUntil(Done done) {
+  for (int i = 0; i < 4000; ++i) {
+    if (done()) return;
+    Relax();
+  }
+  while (!done()) sched_yield();
+}
+
+}  // namespace
+
+ThreadTeam::ThreadTeam(int size) : size_(size < 1 ? 1 : size), phaseOf_(size_, 0) {
+  for (int member = 1; member < size_; ++member) workers_.emplace_back([this, member] { Work(member); });
+}
+
+ThreadTeam::~ThreadTeam() {
+  {
+    std::lock_guard<std::mutex> lock(wakeMutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ThreadTeam::Run(const std::function<void(int)>& fn, int phases, int members) {
+  if (phases > phaseCapacity_) {
+    phases_.reset(new Counters[phases]);
+    phaseCapacity_ = phases;
+  }
+  for (int p = 0; p < phases; ++p) {
+    phases_[p].claimed.store(0, std::memory_order_relaxed);
+    phases_[p].done.store(0, std::memory_order_relaxed);
+  }
+  std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
+  members_ = std::clamp(members, 1, size_);
+  if (members_ == 1) {
+    fn(0);
+    return;
+  }
+  finished_.store(0);
+  {
+    // The lock also publishes the counters reset above to the members it wakes.
+    std::lock_guard<std::mutex> lock(wakeMutex_);
+    job_ = &fn;
+    round_.fetch_add(1);
+  }
+  wake_.notify_all();
+  fn(0);
+  WaitUntil([this] { return finished_.load(std::memory_order_acquire) == size_ - 1; });
+}
+
+void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& work) {
+  Counters& phase = phases_[phaseOf_[member]++];
+  for (int chunk; (chunk = phase.claimed.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+    work(chunk);
+    phase.done.fetch_add(1, std::memory_order_release);
+  }
+  if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
+}
+
+void ThreadTeam::Work(int member) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Between decode steps the next round comes within microseconds: spin first.
+    for (int i = 0; i < 20000 && round_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) Relax();
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(wakeMutex_);
+      wake_.wait(lock, [&] { return stop_.load() || round_.load() != seen; });
+      if (stop_.load()) return;
+      seen = round_.load();
+      job = job_;
+    }
+    if (member < members_) (*job)(member);
+    finished_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace tsn

@@ -1,0 +1,70 @@
+// One generation job as the inference thread sees it: its rows, their cancel flags, the
+// tokens produced but not yet delivered to JavaScript, and the outcome. No Napi values live
+// here, so the job may be released on any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/Errors.h"
+#include "runtime/Sampler.h"
+
+namespace tsn {
+
+struct GenerateRow {
+  std::vector<int64_t> prompt;
+  int64_t maxNewTokens = 1;
+  SamplingSettings sampling;
+  // An earlier row of the same job with the same prompt whose prefill this row shares (n
+  // samples of one prompt): its cache rows are copied instead of computed. -1: none.
+  int64_t sharesPrefillWith = -1;
+};
+
+// Tokens produced since JavaScript last looked: (row, token) pairs and, when the job asked
+// for log-probabilities, one raw log-probability per pair and each row's top alternatives
+// (as many per token as that row asked for, in pair order).
+struct TokenBatch {
+  std::vector<int32_t> pairs;
+  std::vector<float> logprobs;
+  std::vector<int32_t> topIds;
+  std::vector<float> topLogprobs;
+};
+
+class Generation {
+ public:
+  explicit Generation(std::vector<GenerateRow> rows);
+
+  const std::vector<GenerateRow>& rows() const { return rows_; }
+  size_t size() const { return rows_.size(); }
+
+  // Any thread. row < 0 cancels every row.
+  void Cancel(int64_t row);
+  bool Cancelled(size_t row) const;
+
+  // True when some row asked for log-probabilities.
+  bool WantsLogprobs() const { return wantsLogprobs_; }
+
+  // Inference thread: records a token; true when JS must be told (no notice is pending).
+  bool Push(size_t row, const SampledToken& token);
+  // JS thread: takes what was produced since the last call.
+  TokenBatch Drain();
+
+  // Written by the inference thread before the completion letter is posted; read by JS
+  // after it is delivered (the mailbox orders the two).
+  std::vector<std::vector<int32_t>> outputs;
+  bool failed = false;
+  ErrorInfo error;
+
+ private:
+  std::vector<GenerateRow> rows_;
+  std::unique_ptr<std::atomic<bool>[]> cancelled_;
+  std::mutex pendingMutex_;  // guards pending_ and noticePending_
+  TokenBatch pending_;
+  bool noticePending_ = false;
+  bool wantsLogprobs_ = false;
+};
+
+}  // namespace tsn

@@ -1,0 +1,73 @@
+#include "runtime/ModelCore.h"
+
+#include "common/ErrorCodes.h"
+#include "common/Errors.h"
+
+namespace tsn {
+
+ModelCore::ModelCore(LoadedModel&& loaded, int threads)
+    : loaded_(std::move(loaded)),
+      threads_(threads),
+      thread_(std::make_unique<InferenceThread>(loaded_.device, threads)) {}
+
+ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const DecodeSettings& decode,
+                                     int64_t warmupToken) {
+  try {
+    RuntimeChoice choice = ChooseRuntime(loaded_, request);
+    stepper_ = std::move(choice.stepper);
+    decode_ = decode;
+    GenerateRow row;
+    row.prompt.assign(8, warmupToken);
+    row.maxNewTokens = 3;
+    row.sampling.temperature = 0;
+    for (int i = 0; i < 2; ++i) {
+      auto warmup = std::make_shared<ScheduledJob>();
+      warmup->generation = std::make_shared<Generation>(std::vector<GenerateRow>{row, row});
+      warmup->complete = [] {};
+      Scheduler(*stepper_, decode_).Serve(warmup, nullptr);
+      const Generation& done = *warmup->generation;
+      if (done.failed) throw CodedError(done.error.code, done.error.message);
+    }
+    return {choice.runtime, choice.kernels, choice.note, stepper_->CacheBytesPerRow()};
+  } catch (...) {
+    stepper_.reset();
+    throw;
+  }
+}
+
+void ModelCore::Serve(const std::shared_ptr<ScheduledJob>& first) {
+  Track(first->generation, true);
+  if (!stepper_) {
+    first->generation->failed = true;
+    first->generation->error = {ErrorCode::kInvalidArgument, "configure() the model before generate()"};
+    first->complete();
+    return;
+  }
+  Scheduler(*stepper_, decode_).Serve(first, [this] {
+    auto next = std::static_pointer_cast<ScheduledJob>(thread_->TakeBatchable());
+    if (next) Track(next->generation, true);
+    return next;
+  });
+}
+
+void ModelCore::Track(const std::shared_ptr<Generation>& job, bool running) {
+  std::lock_guard<std::mutex> lock(jobsMutex_);
+  if (running) {
+    jobs_.insert(job);
+  } else {
+    jobs_.erase(job);
+  }
+}
+
+void ModelCore::CancelAll() {
+  std::lock_guard<std::mutex> lock(jobsMutex_);
+  for (const auto& job : jobs_) job->Cancel(-1);
+}
+
+void ModelCore::Release() {
+  thread_->Join();
+  stepper_.reset();
+  loaded_.module.reset();
+}
+
+}  // namespace tsn

@@ -1,0 +1,60 @@
+// A loaded language model's state and the work its inference thread does with it: choosing
+// and warming up the runtime, and serving generation jobs (queued jobs join the running
+// decode loop where the runtime allows). No Napi values: TorchModel is its JavaScript face.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "runtime/Checkpoint.h"
+#include "runtime/Generation.h"
+#include "runtime/InferenceThread.h"
+#include "runtime/Runtime.h"
+#include "runtime/Scheduler.h"
+#include "steppers/Stepper.h"
+
+namespace tsn {
+
+struct ConfigureResult {
+  std::string runtime;  // "native" or "torchscript"
+  std::string kernels;  // the native kernel family; empty for TorchScript
+  std::string note;     // why "auto" did not choose native, when it did not
+  int64_t kvBytesPerRow = 0;  // the chosen stepper's cache bytes per row
+};
+
+class ModelCore {
+ public:
+  ModelCore(LoadedModel&& loaded, int threads);
+
+  const LoadedModel& loaded() const { return loaded_; }
+  int threads() const { return threads_; }
+  InferenceThread& thread() { return *thread_; }
+
+  // Inference thread: chooses the runtime, then warms it up (the first TorchScript calls
+  // after load are slow). Throws a CodedError on failure, leaving the model unconfigured.
+  ConfigureResult Configure(const RuntimeRequest& request, const DecodeSettings& decode, int64_t warmupToken);
+
+  // Inference thread: serves `first` and the generation jobs queued behind it.
+  void Serve(const std::shared_ptr<ScheduledJob>& first);
+
+  // Any thread: a job is running (or queued) / done; teardown cancels the tracked ones.
+  void Track(const std::shared_ptr<Generation>& job, bool running);
+  void CancelAll();
+
+  // JS thread, after the inference thread has exited: releases the model.
+  void Release();
+
+ private:
+  LoadedModel loaded_;
+  int threads_ = 0;  // intra-op threads asked for at load
+  std::unique_ptr<InferenceThread> thread_;
+  // Inference thread only:
+  std::unique_ptr<Stepper> stepper_;
+  DecodeSettings decode_;
+  std::mutex jobsMutex_;  // guards jobs_
+  std::set<std::shared_ptr<Generation>> jobs_;
+};
+
+}  // namespace tsn

@@ -1,0 +1,66 @@
+// Which Stepper runs a language model. A registry maps an architecture name (config.json
+// "architecture") to its native CPU stepper; "auto" uses it where the checkpoint is on the
+// CPU and the native forward reproduces the checkpoint's own, else the TorchScript forward.
+// The registry is steppers/NativeRegistry.h: the next architecture is one new stepper, which
+// registers itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/Checkpoint.h"
+#include "steppers/ModelFields.h"
+#include "steppers/Stepper.h"
+
+namespace tsn {
+
+struct RuntimeRequest {
+  std::string runtime = "auto";   // "auto", "native" or "torchscript"
+  std::string architecture;       // config.json "architecture"
+  std::string kernels = "auto";   // kernel family cap for native steppers (SERVICE_KERNELS)
+  c10::ScalarType dtype = at::kFloat;  // the checkpoint's dtype: its TorchScript cache
+  // What the TorchScript runtime computes a 16-bit checkpoint in on the CPU
+  // (SERVICE_TORCHSCRIPT_COMPUTE): "auto" (float32 where the CPU has no fast 16-bit matmuls),
+  // "checkpoint" (its own dtype) or "float32".
+  std::string scriptCompute = "auto";
+  int64_t kvBudgetBytes = 0;      // cache budget (SERVICE_KV_BUDGET_MB); 0: each runtime's default
+  ModelFields fields;             // config.json, flattened
+  int threads = 1;
+};
+
+struct RuntimeChoice {
+  std::unique_ptr<Stepper> stepper;
+  std::string runtime;  // "native" or "torchscript"
+  std::string kernels;  // the kernel family of a native stepper; empty for TorchScript
+  std::string note;     // why "auto" chose the runtime it chose
+};
+
+// Seconds the same short workload took on each runtime at load; 0 when not timed.
+struct RuntimeTimings {
+  double native = 0;
+  double script = 0;
+};
+
+struct RuntimeVerdict {
+  bool native = true;
+  std::string reason;
+};
+
+// The rule "auto" applies once the native forward agrees with the checkpoint's: on the
+// AVX-512 and AVX2 families the native runtime is ahead of the TorchScript forward at every
+// batch size and in prefill (docs/benchmarks.md, per family), so it serves untimed; on the
+// baseline family (no AVX2: OpenBLAS may still be faster at prefill) both runtimes are timed
+// on a short workload and the faster one serves (the TorchScript one only when clearly
+// faster, so noise does not flip the choice).
+bool NeedsTiming(const std::string& family);
+RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings);
+
+// Whether this CPU multiplies bfloat16 at a useful rate in libtorch (AVX512_BF16 or AMX):
+// elsewhere torch 1.13's bf16 matmul ran 64x slower than float32 (1.4 against 92 GFLOP/s).
+bool FastBf16Matmul();
+
+// Runs on the inference thread. Throws CodedError when "native" was demanded and cannot be
+// used, or the request is malformed.
+RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& request);
+
+}  // namespace tsn

@@ -1,0 +1,229 @@
+#include "runtime/Sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "common/DeviceMemory.h"
+#include "common/ErrorCodes.h"
+#include "common/Errors.h"
+
+namespace tsn {
+
+RowRandom::RowRandom(int64_t seed)
+    : engine_(seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}()) {}
+
+double RowRandom::UniformOpenClosed() {
+  // 53 random bits in [0, 1), mirrored into (0, 1].
+  return 1.0 - static_cast<double>(engine_() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+namespace {
+
+void Penalise(float* logits, int64_t vocab, const SamplingSettings& s, const PenaltyState& state) {
+  if (s.repetitionPenalty != 1.0) {
+    const float r = static_cast<float>(s.repetitionPenalty);
+    auto apply = [&](int64_t v) {
+      if (v >= 0 && v < vocab) logits[v] = logits[v] > 0 ? logits[v] / r : logits[v] * r;
+    };
+    for (int64_t v : state.prompt) apply(v);
+    for (const auto& [v, count] : state.generated) {
+      if (state.prompt.count(v) == 0) apply(v);
+    }
+  }
+  for (const auto& [v, count] : state.generated) {
+    if (v < 0 || v >= vocab) continue;
+    logits[v] -= static_cast<float>(s.frequencyPenalty * static_cast<double>(count) + (count > 0 ? s.presencePenalty : 0.0));
+  }
+}
+
+// The raw distribution's log-probability of `token` and its `n` most likely tokens.
+void RawLogprobs(const float* raw, int64_t vocab, int64_t n, SampledToken& out) {
+  float peak = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < vocab; ++v) peak = std::max(peak, raw[v]);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(raw[v] - peak));
+  const double logZ = static_cast<double>(peak) + std::log(sum);
+  out.logprob = static_cast<float>(raw[out.token] - logZ);
+  n = std::min(n, vocab);
+  if (n <= 0) return;
+  std::vector<int32_t> ids(vocab);
+  for (int64_t v = 0; v < vocab; ++v) ids[v] = static_cast<int32_t>(v);
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [raw](int32_t a, int32_t b) {
+    return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+  });
+  out.topIds.assign(ids.begin(), ids.begin() + n);
+  for (int32_t id : out.topIds) out.topLogprobs.push_back(static_cast<float>(raw[id] - logZ));
+}
+
+// Keeps the most likely tokens whose weights first reach `topP` of the total (at least one).
+double KeepNucleus(std::vector<float>& weights, double total, double topP, std::vector<int32_t>& order) {
+  order.clear();
+  for (size_t v = 0; v < weights.size(); ++v) {
+    if (weights[v] > 0) order.push_back(static_cast<int32_t>(v));
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
+  });
+  const double target = topP * total;
+  double cumulative = 0;
+  size_t kept = 0;
+  while (kept < order.size() && (kept == 0 || cumulative < target)) cumulative += weights[order[kept++]];
+  for (size_t i = kept; i < order.size(); ++i) weights[order[i]] = 0.0f;
+  return cumulative;
+}
+
+// The CPU path: plain loops over each row, no tensor ops (a decode step of a small model
+// takes a fraction of a millisecond; dispatching a dozen ATen ops would cost a tenth of it).
+std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<SampleRow>& rows) {
+  const at::Tensor logits = logitsIn.to(at::kCPU).to(at::kFloat).contiguous();
+  const int64_t count = static_cast<int64_t>(rows.size());
+  const int64_t vocab = logits.size(1);
+  std::vector<SampledToken> out(count);
+  // Kept between calls (a vocabulary's worth, every step): written before read.
+  thread_local std::vector<float> weights;
+  weights.resize(vocab);
+  std::vector<float> sorted;
+  std::vector<float> adjusted;
+  std::vector<int32_t> order;
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t source = rows[r].logitRow;
+    if (source < 0 || source >= logits.size(0)) throw CodedError(ErrorCode::kInference, "sampled row outside the logits");
+    const float* raw = logits.data_ptr<float>() + source * vocab;
+    const SamplingSettings& p = *rows[r].settings;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (std::isnan(raw[v])) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
+    }
+    const float* row = raw;
+    if (rows[r].penalties != nullptr && p.Penalised()) {
+      adjusted.assign(raw, raw + vocab);
+      Penalise(adjusted.data(), vocab, p, *rows[r].penalties);
+      row = adjusted.data();
+    }
+    int64_t best = 0;
+    float peak = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (row[v] > peak) {
+        peak = row[v];
+        best = v;
+      }
+    }
+    if (!std::isfinite(peak)) throw CodedError(ErrorCode::kInference, "the model produced no finite logit");
+    SampledToken& chosen = out[r];
+    chosen.token = best;
+    if (p.temperature > kGreedyTemperature) {
+      float floor = -std::numeric_limits<float>::infinity();
+      if (p.topK > 0 && p.topK < vocab) {
+        sorted.assign(row, row + vocab);
+        std::nth_element(sorted.begin(), sorted.begin() + (p.topK - 1), sorted.end(), std::greater<float>());
+        floor = sorted[p.topK - 1];  // ties at the k-th value are kept
+      }
+      const float inverse = static_cast<float>(1.0 / p.temperature);
+      double total = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        weights[v] = row[v] >= floor ? std::exp((row[v] - peak) * inverse) : 0.0f;
+        total += weights[v];
+      }
+      if (p.topP < 1.0) total = KeepNucleus(weights, total, p.topP, order);
+      if (p.minP > 0.0) {
+        // The most likely token weighs exp(0) = 1 and survives every filter above.
+        const float threshold = static_cast<float>(p.minP);
+        total = 0;
+        for (int64_t v = 0; v < vocab; ++v) {
+          if (weights[v] < threshold) weights[v] = 0.0f;
+          total += weights[v];
+        }
+      }
+      const double target = rows[r].random->UniformOpenClosed() * total;
+      double cumulative = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        if (weights[v] <= 0) continue;
+        cumulative += weights[v];
+        chosen.token = v;
+        if (cumulative >= target) break;
+      }
+    }
+    if (p.logprobs >= 0) RawLogprobs(raw, vocab, p.logprobs, chosen);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SampledToken> SampleTokens(const at::Tensor& logitsIn, std::vector<SampleRow> params) {
+  // On the CPU the rows are read where they are: an index_select per step copied them into a
+  // fresh tensor (a parallel copy and new pages every step, for one row of a batch-1 decode).
+  if (logitsIn.is_cpu()) return SampleOnCpu(logitsIn, params);
+  at::Tensor logits = logitsIn;
+  bool identity = logitsIn.size(0) == static_cast<int64_t>(params.size());
+  std::vector<int64_t> sources;
+  for (size_t r = 0; r < params.size(); ++r) {
+    identity = identity && params[r].logitRow == static_cast<int64_t>(r);
+    sources.push_back(params[r].logitRow);
+    params[r].logitRow = static_cast<int64_t>(r);
+  }
+  if (!identity) logits = logitsIn.index_select(0, Upload(at::tensor(sources, at::kLong), logitsIn.device()));
+  bool cpu = false;
+  for (const SampleRow& row : params) cpu = cpu || row.settings->NeedsCpu();
+  if (cpu) return SampleOnCpu(logits, params);
+  return SampleWithTensorOps(logits, params);
+}
+
+std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<SampleRow>& params) {
+  // The device path: everything stays on the device, and the step waits for it once, when
+  // the chosen ids (with a NaN flag) come back to the host.
+  const int64_t rows = logitsIn.size(0);
+  const int64_t vocab = logitsIn.size(1);
+  const auto device = logitsIn.device();
+  at::Tensor logits = logitsIn.to(at::kFloat);
+  at::Tensor ids = logits.argmax(1);  // greedy rows keep these
+
+  std::vector<int64_t> sampled;  // rows that sample rather than take the argmax
+  for (int64_t r = 0; r < rows; ++r) {
+    if (params[r].settings->temperature > kGreedyTemperature) sampled.push_back(r);
+  }
+  if (!sampled.empty()) {
+    const int64_t n = static_cast<int64_t>(sampled.size());
+    // One upload for every row's settings: row index, 1/T, k-th column, keeps-all, draw.
+    at::Tensor settings = at::empty({5, n}, at::kDouble);
+    auto set = settings.accessor<double, 2>();
+    int64_t topKWidth = 0;  // widest top-k among the rows that restrict the vocabulary
+    for (int64_t i = 0; i < n; ++i) {
+      const SamplingSettings& p = *params[sampled[i]].settings;
+      const int64_t keep = (p.topK <= 0 || p.topK >= vocab) ? vocab : p.topK;
+      if (keep < vocab) topKWidth = std::max(topKWidth, keep);
+      set[0][i] = static_cast<double>(sampled[i]);
+      set[1][i] = 1.0 / p.temperature;
+      set[2][i] = keep >= vocab ? 0.0 : static_cast<double>(keep - 1);
+      set[3][i] = keep >= vocab ? 1.0 : 0.0;
+      set[4][i] = params[sampled[i]].random->UniformOpenClosed();
+    }
+    at::Tensor onDevice = Upload(settings, device);
+    at::Tensor index = onDevice[0].to(at::kLong);
+    at::Tensor scaled = logits.index_select(0, index) * onDevice[1].to(at::kFloat).unsqueeze(1);
+    if (topKWidth > 0) {
+      // Each row keeps the tokens at or above its own k-th largest value; rows without a
+      // top-k keep everything.
+      at::Tensor topValues = std::get<0>(scaled.topk(topKWidth, 1, true, true));
+      at::Tensor kth = topValues.gather(1, onDevice[2].to(at::kLong).unsqueeze(1));
+      kth = kth.masked_fill(onDevice[3].to(at::kBool).unsqueeze(1), -std::numeric_limits<float>::infinity());
+      scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
+    }
+    // Inverse-CDF draw: the first token whose cumulative probability reaches u * total.
+    at::Tensor cdf = at::softmax(scaled, 1).cumsum(1);
+    at::Tensor total = cdf.select(1, vocab - 1).unsqueeze(1);
+    at::Tensor u = onDevice[4].to(at::kFloat).unsqueeze(1) * total;
+    at::Tensor chosen = at::searchsorted(cdf, u).clamp_max(vocab - 1).view({n});
+    ids = ids.index_copy(0, index, chosen);
+  }
+  at::Tensor nan = at::isnan(logits).any().to(at::kLong).view({1});
+  const at::Tensor host = at::cat({ids, nan}).to(at::kCPU);  // the step's one host sync
+  const int64_t* data = host.data_ptr<int64_t>();
+  if (data[rows] != 0) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
+  std::vector<SampledToken> out(rows);
+  for (int64_t r = 0; r < rows; ++r) out[r].token = data[r];
+  return out;
+}
+
+}  // namespace tsn

@@ -1,0 +1,250 @@
+#include "runtime/Scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common/DeviceMemory.h"
+#include "common/ErrorCodes.h"
+
+namespace tsn {
+
+namespace {
+
+std::vector<int64_t> Tail(const std::vector<int64_t>& tokens, int64_t count) {
+  const auto n = std::min<int64_t>(count, static_cast<int64_t>(tokens.size()));
+  return std::vector<int64_t>(tokens.end() - n, tokens.end());
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Stepper& stepper, const DecodeSettings& settings)
+    : stepper_(stepper), settings_(settings), policy_(settings.stepTokens, settings.prefillPerDecode), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
+
+void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more) {
+  const bool continuous = stepper_.AddressableSlots();
+  std::deque<std::shared_ptr<ScheduledJob>> waiting{std::move(first)};
+  for (;;) {
+    try {
+      if (continuous && more) {
+        while (auto next = more()) waiting.push_back(std::move(next));
+      }
+      // Admit in arrival order while the jobs fit; the cache grows only when it is idle.
+      while (!waiting.empty()) {
+        const int64_t rows = static_cast<int64_t>(waiting.front()->generation->size());
+        if (remaining_.empty() && rows > static_cast<int64_t>(slots_.size())) {
+          const int64_t capacity = continuous ? std::max(rows, stepper_.SlotBudget()) : rows;
+          stepper_.Begin(capacity);
+          slots_.clear();
+          slots_.resize(capacity);
+        }
+        if (!Admit(waiting.front())) break;
+        waiting.pop_front();
+        if (!continuous) break;
+      }
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        if (slots_[s] && slots_[s]->job->generation->Cancelled(slots_[s]->index)) Finish(s);
+      }
+      if (remaining_.empty()) {
+        if (waiting.empty()) break;
+        continue;
+      }
+      Step();
+    } catch (...) {
+      FailAll(CurrentError(ErrorCode::kInference));
+    }
+  }
+  try {
+    stepper_.End();
+  } catch (...) {
+  }
+  slots_.clear();
+}
+
+bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
+  const auto& specs = job->generation->rows();
+  std::vector<size_t> free;
+  for (size_t s = 0; s < slots_.size() && free.size() < specs.size(); ++s) {
+    if (!slots_[s]) free.push_back(s);
+  }
+  if (free.size() < specs.size()) return false;
+  remaining_.emplace_back(job, specs.size());
+  for (size_t r = 0; r < specs.size(); ++r) {
+    const GenerateRow& spec = specs[r];
+    auto row = std::make_unique<Row>();
+    row->job = job;
+    row->index = r;
+    // Keep the most recent prompt tokens that leave room for the continuation (up to half the
+    // context; longer continuations slide the window instead).
+    const int64_t window = std::max<int64_t>(1, settings_.contextLength - std::min(spec.maxNewTokens, half_));
+    row->feed = Tail(spec.prompt, window);
+    row->history = row->feed;
+    row->arrival = admitted_++;
+    row->random = std::make_unique<RowRandom>(spec.sampling.seed);
+    if (spec.sampling.Penalised()) {
+      row->penalties = std::make_unique<PenaltyState>();
+      row->penalties->prompt.insert(spec.prompt.begin(), spec.prompt.end());
+    }
+    const int64_t source = spec.sharesPrefillWith;
+    if (source >= 0 && source < static_cast<int64_t>(r) && stepper_.CanCopyRows() &&
+        specs[source].prompt == spec.prompt && specs[source].sharesPrefillWith < 0) {
+      row->prefillFrom = slots_[free[source]].get();
+      row->feed.clear();
+    }
+    slots_[free[r]] = std::move(row);
+  }
+  return true;
+}
+
+void Scheduler::Finish(size_t slot) {
+  std::shared_ptr<ScheduledJob> job = slots_[slot]->job;
+  for (auto& other : slots_) {
+    // A row that was to copy this one's prefill (cancelled before its first step) computes
+    // its own: its history still holds its prompt window.
+    if (other && other->prefillFrom == slots_[slot].get()) {
+      other->prefillFrom = nullptr;
+      other->feed = other->history;
+    }
+  }
+  slots_[slot].reset();
+  for (auto it = remaining_.begin(); it != remaining_.end(); ++it) {
+    if (it->first == job) {
+      if (--it->second == 0) {
+        remaining_.erase(it);
+        job->complete();
+      }
+      return;
+    }
+  }
+}
+
+void Scheduler::FailAll(const ErrorInfo& error) {
+  for (auto& slot : slots_) slot.reset();
+  auto failed = std::move(remaining_);
+  remaining_.clear();
+  for (auto& [job, rows] : failed) {
+    job->generation->failed = true;
+    job->generation->error = error;
+    job->complete();
+  }
+}
+
+void Scheduler::Step() {
+  std::vector<size_t> active;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s]) active.push_back(s);
+  }
+  // A batch-bound cache computes finished rows too: drop them once they are the majority.
+  if (!stepper_.AddressableSlots() && slots_.size() >= 4 && active.size() * 2 <= slots_.size()) {
+    stepper_.Keep(at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong));
+    std::vector<std::unique_ptr<Row>> kept;
+    for (size_t s : active) kept.push_back(std::move(slots_[s]));
+    slots_ = std::move(kept);
+    for (size_t i = 0; i < active.size(); ++i) active[i] = i;
+  }
+
+  // How much of its pending feed each row takes this step (StepPolicy).
+  std::vector<StepDemand> demands;
+  for (size_t s : active) demands.push_back({static_cast<int64_t>(slots_[s]->feed.size()), slots_[s]->arrival});
+  const std::vector<int64_t> plan = policy_.Plan(demands);
+
+  const int64_t count = static_cast<int64_t>(slots_.size());
+  int64_t width = 1;
+  for (int64_t n : plan) width = std::max(width, n);
+  at::Tensor idx = at::zeros({count, width}, at::kLong);
+  at::Tensor pos = at::zeros({count}, at::kLong);
+  at::Tensor lengths = at::zeros({count}, at::kLong);
+  auto idxData = idx.accessor<int64_t, 2>();
+  auto posData = pos.accessor<int64_t, 1>();
+  auto lenData = lengths.accessor<int64_t, 1>();
+  std::vector<size_t> sampling;  // rows whose feed ends this step: they pick a token
+  for (size_t i = 0; i < active.size(); ++i) {
+    const size_t s = active[i];
+    Row& row = *slots_[s];
+    const int64_t n = plan[i];
+    for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
+    posData[s] = row.position;
+    lenData[s] = n;
+    if (row.prefillFrom) continue;  // waits for its source's prefill (below)
+    if (n == static_cast<int64_t>(row.feed.size())) {
+      sampling.push_back(s);
+    } else if (n > 0) {
+      // A chunk of a longer feed: the rest goes in later steps; its logits are not used.
+      row.position += n;
+      row.feed.erase(row.feed.begin(), row.feed.begin() + n);
+    }
+  }
+  // A row sharing a prefill samples in the step its source's prefill completes, from a copy
+  // of the source's cache and from the source's logits.
+  std::vector<size_t> copies;
+  for (size_t s : active) {
+    const Row* source = slots_[s]->prefillFrom;
+    if (source && std::find(sampling.begin(), sampling.end(), SlotOf(source)) != sampling.end()) copies.push_back(s);
+  }
+
+  at::Tensor logits = stepper_.Step(idx, pos, lengths);
+  CopyPrefills(copies);
+  sampling.insert(sampling.end(), copies.begin(), copies.end());
+  if (sampling.empty()) return;
+  active = sampling;
+  std::vector<SampleRow> sampleRows;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const Row& row = *slots_[active[i]];
+    const size_t from = row.prefillFrom ? SlotOf(row.prefillFrom) : active[i];
+    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get(), static_cast<int64_t>(from)});
+  }
+  const std::vector<SampledToken> tokens = SampleTokens(logits, std::move(sampleRows));
+  for (size_t s : active) slots_[s]->prefillFrom = nullptr;
+
+  for (size_t i = 0; i < active.size(); ++i) {
+    const size_t s = active[i];
+    Row& row = *slots_[s];
+    Generation& generation = *row.job->generation;
+    row.position += static_cast<int64_t>(row.feed.size());
+    const int64_t token = tokens[i].token;
+    if (settings_.IsEos(token)) {
+      Finish(s);
+      continue;
+    }
+    if (row.penalties) ++row.penalties->generated[token];
+    generation.outputs[row.index].push_back(static_cast<int32_t>(token));
+    if (row.job->sink) row.job->sink(row.index, tokens[i]);
+    if (static_cast<int64_t>(generation.outputs[row.index].size()) >= generation.rows()[row.index].maxNewTokens) {
+      Finish(s);
+      continue;
+    }
+    row.history.push_back(token);
+    if (row.position >= settings_.contextLength) {
+      // The cache is full: start over from the most recent half of the context.
+      row.feed = Tail(row.history, half_);
+      row.history = row.feed;
+      row.position = 0;
+    } else {
+      row.feed.assign(1, token);
+      if (static_cast<int64_t>(row.history.size()) > 2 * settings_.contextLength) {
+        row.history = Tail(row.history, settings_.contextLength);
+      }
+    }
+  }
+}
+
+size_t Scheduler::SlotOf(const Row* row) const {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].get() == row) return s;
+  }
+  throw std::logic_error("a row shares the prefill of a row that is gone");
+}
+
+void Scheduler::CopyPrefills(const std::vector<size_t>& active) {
+  for (size_t s : active) {
+    Row& row = *slots_[s];
+    if (!row.prefillFrom) continue;
+    const Row& source = *row.prefillFrom;
+    stepper_.CopyRow(static_cast<int64_t>(SlotOf(&source)), static_cast<int64_t>(s));
+    // The source's position already counts this step's feed only after the loop below; its
+    // cache now holds its whole feed.
+    row.position = source.position + static_cast<int64_t>(source.feed.size());
+    row.history = source.history;
+  }
+}
+
+}  // namespace tsn

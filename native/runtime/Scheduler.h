@@ -1,0 +1,101 @@
+// The decode loop of a model: prefill of prompts of different lengths, then incremental
+// decode, per-row limits, end-of-sequence and cancellation, and the long-sequence policy of
+// docs/checkpoint.md. On a runtime whose cache slots are addressable (both built-in ones:
+// the native steppers, through DecoderStepper, and ScriptStepper) it batches continuously:
+// jobs that arrive while others decode join at the next step in free slots (lowest first, so
+// a TorchScript step can leave the idle top of the cache out), and each job completes as soon
+// as its own rows are done.
+// Prompts are fed in chunks under StepPolicy's per-step token budget, interleaved with the
+// running rows' decode steps. A runtime with a batch-bound cache would run one job at a time
+// and compact finished rows out of it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/Generation.h"
+#include "runtime/Sampler.h"
+#include "runtime/StepPolicy.h"
+#include "steppers/Stepper.h"
+
+namespace tsn {
+
+struct DecodeSettings {
+  int64_t contextLength = 0;
+  std::vector<int64_t> eosTokenIds;  // a row ends on any of them; empty: the model has none
+  // Tokens one step may feed (decodes first, then prompt chunks); <= 0: unchunked prefill.
+  int64_t stepTokens = kDefaultStepTokens;
+  // While rows decode, prompt tokens per decoding row in a step; <= 0: no such limit.
+  int64_t prefillPerDecode = kDefaultPrefillPerDecode;
+
+  static constexpr int64_t kDefaultStepTokens = 256;
+  static constexpr int64_t kDefaultPrefillPerDecode = 2;
+
+  bool IsEos(int64_t token) const {
+    for (int64_t eos : eosTokenIds) {
+      if (token == eos) return true;
+    }
+    return false;
+  }
+};
+
+// Called on the inference thread for every produced token; may be empty.
+using TokenSink = std::function<void(size_t row, const SampledToken& token)>;
+
+// A job handed to the scheduler.
+struct ScheduledJob {
+  std::shared_ptr<Generation> generation;
+  TokenSink sink;
+  // Called once on the inference thread when every row is done, or the job failed (its
+  // Generation then says why).
+  std::function<void()> complete;
+};
+
+// Jobs waiting to join; returns null when none is waiting.
+using MoreJobs = std::function<std::shared_ptr<ScheduledJob>()>;
+
+class Scheduler {
+ public:
+  Scheduler(Stepper& stepper, const DecodeSettings& settings);
+
+  // Serves `first` and, between steps, the jobs `more` hands over (addressable runtimes
+  // only), until every job taken is complete. Never throws: failures complete their jobs.
+  void Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more);
+
+ private:
+  struct Row {
+    std::shared_ptr<ScheduledJob> job;
+    size_t index = 0;              // row within its job
+    std::vector<int64_t> history;  // the most recent tokens (prompt window, then generated)
+    std::vector<int64_t> feed;     // tokens still to feed before the row samples again
+    uint64_t arrival = 0;          // admission order, for the prefill queue
+    int64_t position = 0;          // tokens already in this row's cache
+    std::unique_ptr<RowRandom> random;
+    std::unique_ptr<PenaltyState> penalties;  // only for penalised rows
+    // Set until the first step: the row whose prefill this one copies (same job, same
+    // prompt); this row feeds nothing meanwhile.
+    const Row* prefillFrom = nullptr;
+    const SamplingSettings& sampling() const { return job->generation->rows()[index].sampling; }
+  };
+
+  bool Admit(const std::shared_ptr<ScheduledJob>& job);  // false: not enough free slots
+  void Finish(size_t slot);                                // the row in `slot` is done
+  void FailAll(const ErrorInfo& error);
+  void Step();
+  // After a step: rows that share a prefill take a copy of their source's cache.
+  void CopyPrefills(const std::vector<size_t>& active);
+  size_t SlotOf(const Row* row) const;
+
+  Stepper& stepper_;
+  DecodeSettings settings_;
+  StepPolicy policy_;
+  int64_t half_;
+  uint64_t admitted_ = 0;  // rows admitted so far: the next row's arrival
+  std::vector<std::unique_ptr<Row>> slots_;  // null: free
+  std::vector<std::pair<std::shared_ptr<ScheduledJob>, size_t>> remaining_;  // rows left per job
+};
+
+}  // namespace tsn

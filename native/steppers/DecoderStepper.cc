@@ -1,0 +1,169 @@
+#include "steppers/DecoderStepper.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/ErrorCodes.h"
+#include "common/Errors.h"
+
+namespace tsn {
+
+namespace {
+
+// A step of fewer rows than this is one the whole team is worth waking for only when its
+// matrices are large: then even one row is bound by memory bandwidth, which one core cannot
+// saturate (GPT-2 small bf16, batch 1 on 2 cores: 110 tok/s alone, 170-190 with the team).
+// For a small model the meetings at every phase cost more than the work (tiny-gpt, batch 1:
+// a hundred times slower with the team).
+constexpr int kTeamRows = 4;
+constexpr size_t kTeamLayerBytes = 1 << 20;
+
+// Panels per chunk: pairs when many rows make each panel heavy; four (one pass of the
+// one-row kernel, which streams four panels at once) for a step of few rows.
+int ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 4; }
+
+}  // namespace
+
+DecoderStepper::DecoderStepper(const NativeContext& context, const char* architecture)
+    : kernels_(context.kernels),
+      team_(context.threads),
+      architecture_(architecture),
+      kvBudgetBytes_(context.kvBudgetBytes > 0 ? context.kvBudgetBytes : 256LL << 20) {
+  for (const auto& p : context.module.named_parameters(true)) {
+    weights_[p.name] = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
+  }
+}
+
+void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context,
+                              WeightType cacheType) {
+  layers_ = layers;
+  embd_ = embd;
+  vocab_ = vocab;
+  context_ = context;
+  cache_.Configure(layers, kvHeads, headDim, context, cacheType);
+  normed_.resize(team_.size());
+  scratch_.resize(team_.size());
+  for (auto& scratch : scratch_) scratch.Resize(cache_.contextPad());
+}
+
+const at::Tensor& DecoderStepper::Need(const std::string& name, std::vector<int64_t> shape) const {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) Mismatch("missing " + name);
+  const auto sizes = it->second.sizes();
+  bool fits = sizes.size() == shape.size();
+  for (size_t i = 0; fits && i < shape.size(); ++i) fits = shape[i] < 0 || sizes[i] == shape[i];
+  if (!fits) Mismatch(name + " has shape " + c10::str(sizes));
+  return it->second;
+}
+
+void DecoderStepper::Mismatch(const std::string& what) const {
+  throw CodedError(ErrorCode::kCheckpointInterface,
+                   std::string("not the ") + architecture_ + " parameter layout for the native runtime: " + what);
+}
+
+std::vector<float> DecoderStepper::Copy(const at::Tensor& tensor) {
+  const float* data = tensor.data_ptr<float>();
+  return std::vector<float>(data, data + tensor.numel());
+}
+
+void DecoderStepper::Begin(int64_t batch) {
+  cache_.Allocate(static_cast<int>(batch));
+  logits_ = at::Tensor();
+}
+
+int64_t DecoderStepper::SlotBudget() const {
+  return std::clamp<int64_t>(kvBudgetBytes_ / cache_.BytesPerSlot(), 8, 64);
+}
+
+void DecoderStepper::CopyRow(int64_t from, int64_t to) {
+  cache_.CopySlot(static_cast<int>(from), static_cast<int>(to));
+}
+
+at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
+  const int slots = static_cast<int>(idx.size(0));
+  if (slots != cache_.slots()) throw CodedError(ErrorCode::kInference, "step batch does not match the cache");
+  auto tokens = idx.accessor<int64_t, 2>();
+  auto positions = pos.accessor<int64_t, 1>();
+  auto counts = lengths.accessor<int64_t, 1>();
+  segments_.clear();
+  int rows = 0;
+  for (int s = 0; s < slots; ++s) {
+    const int count = static_cast<int>(counts[s]);
+    if (count <= 0) continue;
+    const int position = static_cast<int>(positions[s]);
+    if (position < 0 || position + count > context_) {
+      throw CodedError(ErrorCode::kInference, "a row would pass the model's context length");
+    }
+    segments_.push_back({s, rows, count, position});
+    rows += count;
+  }
+  // A fresh [slots, vocab] tensor each step would be zero-filled (a parallel fill that wakes
+  // ATen's thread pool) and mapped anew (page faults on every step): measured 20% of a
+  // GPT-2-small batch-1 step on 2 threads. The previous step's is reused unless a caller
+  // still holds it. Rows of idle slots are left as they are (nobody samples them).
+  if (!logits_.defined() || logits_.size(0) != slots || logits_.use_count() > 1) {
+    logits_ = at::zeros({slots, vocab_}, at::kFloat);
+  }
+  if (rows == 0) return logits_;
+
+  const size_t d = embd_;
+  x_.Resize(rows * d);
+  const int count = static_cast<int>(segments_.size());
+  for (auto& normed : normed_) normed.Resize(std::max(rows, count) * d);
+  Reserve(rows);
+  for (const Segment& segment : segments_) {
+    for (int t = 0; t < segment.count; ++t) {
+      const int64_t token = tokens[segment.slot][t];
+      if (token < 0 || token >= vocab_) throw CodedError(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
+      Embed(token, segment.position + t, x_.get() + (segment.firstRow + t) * d);
+    }
+  }
+
+  // Segments of consecutive slots (a batch-1 step, a full batch) write their logits in place.
+  float* out = logits_.data_ptr<float>();
+  const bool inPlace = segments_.back().slot - segments_.front().slot == count - 1;
+  float* last = out + static_cast<size_t>(segments_.front().slot) * vocab_;
+  if (!inPlace) {
+    last_.Resize(static_cast<size_t>(count) * vocab_);
+    last = last_.get();
+  }
+  team_.Run(
+      [&](int member) {
+        Layers(member, rows);
+        float* normed = normed_[member].get();
+        bool ready = false;
+        team_.Phase(member, Chunks(head_, rows), [&](int chunk) {
+          // A member normalises the rows itself before its first chunk: cheaper than a phase.
+          if (!ready) {
+            for (int j = 0; j < count; ++j) {
+              const Segment& segment = segments_[j];
+              FinalNorm(x_.get() + (segment.firstRow + segment.count - 1) * d, normed + j * d);
+            }
+            ready = true;
+          }
+          const auto [p0, p1] = Columns(head_, chunk, rows);
+          kernels_.linearPanels(normed, count, embd_, head_, last, vocab_, p0, p1, Epilogue::Store);
+        });
+      },
+      PhasesPerLayer() * layers_ + 1,
+      rows >= kTeamRows || LayerBytes() >= kTeamLayerBytes ? team_.size() : 1);
+  if (!inPlace) {
+    for (int j = 0; j < count; ++j) {
+      std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last + static_cast<size_t>(j) * vocab_,
+                  sizeof(float) * vocab_);
+    }
+  }
+  return logits_;
+}
+
+int DecoderStepper::Chunks(const PackedLinear& w, int rows) {
+  const int width = ChunkPanels(rows);
+  return (w.panels() + width - 1) / width;
+}
+
+std::pair<int, int> DecoderStepper::Columns(const PackedLinear& w, int chunk, int rows) {
+  const int width = ChunkPanels(rows);
+  return {width * chunk, std::min(width * (chunk + 1), w.panels())};
+}
+
+}  // namespace tsn

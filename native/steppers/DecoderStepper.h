@@ -1,0 +1,93 @@
+// What the native CPU steppers (GptStepper, LlamaStepper) share: a decoder-only transformer
+// step over slots of one KvCache, computing only real tokens (no padding rows; idle slots
+// cost nothing, so jobs share the cache and batch continuously), on a ThreadTeam, with the
+// output head applied to each row's last token only. A subclass reads its weights, fills the
+// embeddings of the step's tokens and runs its layers; this class does the rest.
+#pragma once
+
+#include <torch/script.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/Kernels.h"
+#include "kernels/ThreadTeam.h"
+#include "steppers/KvCache.h"
+#include "steppers/Stepper.h"
+
+namespace tsn {
+
+class DecoderStepper : public Stepper {
+ public:
+  void Begin(int64_t batch) override;
+  at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
+  bool AddressableSlots() const override { return true; }
+  // As many slots as fit in the KV budget (256 MiB by default; at least 8, at most 64).
+  int64_t SlotBudget() const override;
+  int64_t CacheBytesPerRow() const override { return cache_.BytesPerSlot(); }
+  bool CanCopyRows() const override { return true; }
+  void CopyRow(int64_t from, int64_t to) override;
+  void End() override {}
+
+ protected:
+  // The step's tokens of one slot: rows firstRow .. firstRow + count - 1 of the activations,
+  // at positions position .. position + count - 1.
+  struct Segment {
+    int slot, firstRow, count, position;
+  };
+
+  // `architecture` names the layout in errors.
+  DecoderStepper(const NativeContext& context, const char* architecture);
+
+  // Called once by the subclass constructor when the shapes are known. The cache holds
+  // keys and values in `cacheType` (the checkpoint's dtype).
+  void SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context, WeightType cacheType);
+
+  // The checkpoint's parameters by name, as contiguous float32 CPU tensors; a -1 in `shape`
+  // matches any size.
+  const at::Tensor& Need(const std::string& name, std::vector<int64_t> shape) const;
+  bool Has(const std::string& name) const { return weights_.count(name) > 0; }
+  // Throws CodedError(ERR_CHECKPOINT_INTERFACE) naming the architecture and `what`.
+  [[noreturn]] void Mismatch(const std::string& what) const;
+  static std::vector<float> Copy(const at::Tensor& tensor);
+  // Frees the float32 copies once the packed weights are built.
+  void DropWeights() { weights_.clear(); }
+
+  // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
+  virtual void Reserve(int rows) = 0;
+  // x[row] = the embedding of `token` at `position` (embd floats).
+  virtual void Embed(int64_t token, int position, float* row) const = 0;
+  // Runs inside team_.Run on every member: each layer's phases over x_ (rows real tokens).
+  virtual void Layers(int member, int rows) = 0;
+  // The final norm of one row (embd floats).
+  virtual void FinalNorm(const float* x, float* out) const = 0;
+  // Phases a subclass's Layers runs, per layer (the head adds one).
+  virtual int PhasesPerLayer() const = 0;
+  // Bytes of weights one layer streams per step (whether a small step wakes the team).
+  virtual size_t LayerBytes() const = 0;
+
+  // Chunks of a matrix product (the unit a team member takes) in a step of `rows` rows, and
+  // the panel range of one chunk.
+  static int Chunks(const PackedLinear& w, int rows);
+  static std::pair<int, int> Columns(const PackedLinear& w, int chunk, int rows);
+
+  const KernelSet& kernels_;
+  ThreadTeam team_;
+  KvCache cache_;
+  PackedLinear head_;
+  int layers_ = 0, embd_ = 0, vocab_ = 0, context_ = 0;
+  std::vector<Segment> segments_;
+  AlignedFloats x_;                                 // [rows][embd] residual stream
+  std::vector<AlignedFloats> normed_, scratch_;  // per team member
+
+ private:
+  const char* architecture_;
+  int64_t kvBudgetBytes_;
+  std::map<std::string, at::Tensor> weights_;
+  AlignedFloats last_;   // [segments][vocab]: logits of each segment's last token
+  at::Tensor logits_;    // [slots][vocab], reused while nobody else holds it
+};
+
+}  // namespace tsn

@@ -1,0 +1,198 @@
+#include "steppers/LlamaStepper.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "steppers/NativeRegistry.h"
+
+namespace tsn {
+
+// The checkpoint's own rotary inverse frequencies (llama.py's buffer rope_inv_freq, [head_dim / 2],
+// any rope scaling already applied by the exporter): the native forward rotates exactly as the
+// TorchScript forward does, and config.json's rope settings are not read a second time here.
+at::Tensor LlamaStepper::InverseFrequencies(const torch::jit::Module& module) const {
+  for (const auto& buffer : module.named_buffers(false)) {
+    if (buffer.name != "rope_inv_freq") continue;
+    at::Tensor inv = buffer.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    if (inv.dim() != 1 || inv.size(0) != headDim_ / 2) Mismatch("rope_inv_freq has shape " + c10::str(inv.sizes()));
+    return inv;
+  }
+  Mismatch("missing the buffer rope_inv_freq (the rotary frequencies of the forward; export the checkpoint with export_hf.py)");
+}
+
+LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
+  const ModelFields& fields = context.fields;
+  const WeightType type = WeightTypeOf(fields.String("dtype", "float32"));
+  if (!Has("embed.weight")) Mismatch("missing embed.weight");
+  const at::Tensor& embed = Need("embed.weight", {-1, -1});
+  const int64_t vocab = embed.size(0), d = embed.size(1);
+  int layers = 0;
+  while (Has("layers." + std::to_string(layers) + ".attn_norm.weight")) ++layers;
+  if (layers == 0) Mismatch("no layers.0");
+
+  torch::jit::Module handle = context.module;  // run_method is not const
+  const auto shape = handle.run_method("cache_shape", int64_t{1}).toIntVector();
+  if (shape.size() != 6 || shape[0] != layers) Mismatch("unexpected cache_shape(1)");
+  kvHeads_ = static_cast<int>(shape[3]);
+  const int positions = static_cast<int>(shape[4]);
+  headDim_ = static_cast<int>(shape[5]);
+  if (headDim_ % 2 != 0) Mismatch("odd head_dim");
+  if (!Has("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
+  heads_ = static_cast<int>(Need("layers.0.q_proj.weight", {-1, d}).size(0) / headDim_);
+  if (heads_ * headDim_ != Need("layers.0.q_proj.weight", {-1, d}).size(0) || heads_ % kvHeads_ != 0) {
+    Mismatch("q_proj rows are not a multiple of the kv heads");
+  }
+  if (!Has("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
+  hidden_ = static_cast<int>(Need("layers.0.gate_proj.weight", {-1, d}).size(0));
+  eps_ = static_cast<float>(fields.Number("rms_norm_eps", 1e-6));
+  SetShape(layers, kvHeads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), positions, type);
+
+  const int64_t qWidth = heads_ * headDim_, kvWidth = kvHeads_ * headDim_, hidden = hidden_;
+  embed_ = Copy(embed);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Layer layer;
+    layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
+    layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
+    const at::Tensor qkv = at::cat({Need(p + "q_proj.weight", {qWidth, d}), Need(p + "k_proj.weight", {kvWidth, d}),
+                                    Need(p + "v_proj.weight", {kvWidth, d})}).contiguous();
+    at::Tensor bias;
+    if (Has(p + "q_proj.bias")) {
+      bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
+                      Need(p + "v_proj.bias", {kvWidth})}).contiguous();
+    }
+    layer.qkv = PackedLinear(qkv.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
+                             static_cast<int>(qkv.size(0)), embd_, type);
+    layer.o = PackedLinear(Need(p + "o_proj.weight", {d, qWidth}).data_ptr<float>(), nullptr, embd_,
+                           static_cast<int>(qWidth), type);
+    const at::Tensor gateUp = at::cat({Need(p + "gate_proj.weight", {hidden, d}),
+                                       Need(p + "up_proj.weight", {hidden, d})}).contiguous();
+    layer.gateUp = PackedLinear(gateUp.data_ptr<float>(), nullptr, 2 * hidden_, embd_, type);
+    layer.down = PackedLinear(Need(p + "down_proj.weight", {d, hidden}).data_ptr<float>(), nullptr, embd_, hidden_, type);
+    blocks_.push_back(std::move(layer));
+  }
+  norm_ = Copy(Need("norm.weight", {d}));
+  const at::Tensor& head = Has("lm_head.weight") ? Need("lm_head.weight", {vocab, d}) : embed;
+  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
+  DropWeights();
+
+  // cos/sin of every position, as the TorchScript forward computes them (float32 products).
+  const at::Tensor freqs =
+      at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
+      InverseFrequencies(context.module).view({1, -1});
+  cos_ = Copy(freqs.cos().contiguous());
+  sin_ = Copy(freqs.sin().contiguous());
+  act_.resize(team_.size());
+}
+
+size_t LlamaStepper::LayerBytes() const {
+  const Layer& b = blocks_[0];
+  return b.qkv.bytes() + b.o.bytes() + b.gateUp.bytes() + b.down.bytes();
+}
+
+void LlamaStepper::Reserve(int rows) {
+  qkvOut_.Resize(static_cast<size_t>(rows) * blocks_[0].qkv.n());
+  attn_.Resize(static_cast<size_t>(rows) * heads_ * headDim_);
+  gateUp_.Resize(static_cast<size_t>(rows) * 2 * hidden_);
+  for (auto& act : act_) act.Resize(static_cast<size_t>(rows) * hidden_);
+}
+
+void LlamaStepper::Embed(int64_t token, int, float* row) const {
+  std::memcpy(row, embed_.data() + token * embd_, sizeof(float) * embd_);
+}
+
+void LlamaStepper::FinalNorm(const float* x, float* out) const {
+  kernels_.rmsNormRows(x, 1, embd_, embd_, norm_.data(), eps_, out, embd_);
+}
+
+void LlamaStepper::Rotate(float* head, int p) const {
+  const int half = headDim_ / 2;
+  const float* c = cos_.data() + static_cast<size_t>(p) * half;
+  const float* s = sin_.data() + static_cast<size_t>(p) * half;
+  for (int i = 0; i < half; ++i) {
+    const float a = head[i], b = head[i + half];
+    head[i] = a * c[i] - b * s[i];
+    head[i + half] = b * c[i] + a * s[i];
+  }
+}
+
+void LlamaStepper::Layers(int member, int rows) {
+  const int d = embd_, hd = headDim_, group = heads_ / kvHeads_;
+  const int qkvWidth = blocks_[0].qkv.n(), attnWidth = heads_ * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* x = x_.get();
+  float* qkv = qkvOut_.get();
+  float* attn = attn_.get();
+  float* gateUp = gateUp_.get();
+  float* normed = normed_[member].get();
+  float* scratch = scratch_[member].get();
+  float* act = act_[member].get();
+
+  for (int l = 0; l < layers_; ++l) {
+    const Layer& layer = blocks_[l];
+    // A member normalises all rows itself before its first chunk: cheaper than a phase.
+    bool ready = false;
+    team_.Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
+      if (!ready) {
+        kernels_.rmsNormRows(x, rows, d, d, layer.attnNorm.data(), eps_, normed, d);
+        ready = true;
+      }
+      const auto [p0, p1] = Columns(layer.qkv, chunk, rows);
+      kernels_.linearPanels(normed, rows, d, layer.qkv, qkv, qkvWidth, p0, p1, Epilogue::Store);
+    });
+
+    // One task per (row's segment, kv head): rotates and caches that head's keys and values,
+    // then the query heads sharing them rotate and attend.
+    team_.Phase(member, static_cast<int>(segments_.size()) * kvHeads_, [&](int task) {
+      const Segment& segment = segments_[task / kvHeads_];
+      const int kv = task % kvHeads_;
+      for (int t = 0; t < segment.count; ++t) {
+        float* row = qkv + static_cast<size_t>(segment.firstRow + t) * qkvWidth;
+        const int p = segment.position + t;
+        float* k = row + attnWidth + kv * hd;
+        const float* v = row + attnWidth + kvHeads_ * hd + kv * hd;
+        Rotate(k, p);
+        for (int h = kv * group; h < (kv + 1) * group; ++h) Rotate(row + h * hd, p);
+        cache_.Put(l, segment.slot, kv, p, k, v);
+      }
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {
+        kernels_.attendHead(qkv + static_cast<size_t>(segment.firstRow) * qkvWidth + h * hd, qkvWidth, segment.count,
+                            segment.position, cache_.Keys(l, segment.slot, kv), cache_.Values(l, segment.slot, kv),
+                            cache_.type(), hd, scale,
+                            attn + static_cast<size_t>(segment.firstRow) * attnWidth + h * hd, attnWidth, scratch);
+      }
+    });
+
+    team_.Phase(member, Chunks(layer.o, rows), [&](int chunk) {
+      const auto [p0, p1] = Columns(layer.o, chunk, rows);
+      kernels_.linearPanels(attn, rows, attnWidth, layer.o, x, d, p0, p1, Epilogue::Accumulate);
+    });
+
+    ready = false;
+    team_.Phase(member, Chunks(layer.gateUp, rows), [&](int chunk) {
+      if (!ready) {
+        kernels_.rmsNormRows(x, rows, d, d, layer.mlpNorm.data(), eps_, normed, d);
+        ready = true;
+      }
+      const auto [p0, p1] = Columns(layer.gateUp, chunk, rows);
+      kernels_.linearPanels(normed, rows, d, layer.gateUp, gateUp, 2 * hidden_, p0, p1, Epilogue::Store);
+    });
+
+    ready = false;
+    team_.Phase(member, Chunks(layer.down, rows), [&](int chunk) {
+      if (!ready) {
+        kernels_.swiGlu(gateUp, rows, 2 * hidden_, hidden_, act, hidden_);
+        ready = true;
+      }
+      const auto [p0, p1] = Columns(layer.down, chunk, rows);
+      kernels_.linearPanels(act, rows, hidden_, layer.down, x, d, p0, p1, Epilogue::Accumulate);
+    });
+  }
+}
+
+// The native stepper of config.json "architecture": "llama".
+const NativeRegistration kLlamaRegistration("llama", [](const NativeContext& context) -> std::unique_ptr<Stepper> {
+  return std::make_unique<LlamaStepper>(context);
+});
+
+}  // namespace tsn

@@ -1,0 +1,60 @@
+// Stepper over the checkpoint's own TorchScript `forward`: works for any architecture that
+// implements the serving interface, on any device. Its cache is one preallocated tensor
+// whose rows (dimension 2) are addressable slots, as many as the memory budget holds, so
+// jobs batch continuously as on the native runtime. A TorchScript forward computes every
+// row it is given (padded to the widest), so a step never hands it the whole cache:
+// decoding rows go in one call over the prefix of slots that ends at the highest busy one
+// (a narrowed view of the cache, which the forward writes in place), and rows that feed a
+// chunk of a prompt in calls of their own over their slots (adjacent ones together when
+// padding costs little), so one long chunk does not pad every decoding row to its width.
+#pragma once
+
+#include <torch/script.h>
+
+#include <memory>
+
+#include "steppers/Stepper.h"
+
+namespace tsn {
+
+class ScriptStepper : public Stepper {
+ public:
+  // kvBudgetBytes: memory for the cache; <= 0 picks the default (DefaultKvBudget).
+  ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::Device device, c10::ScalarType cacheDtype,
+                int64_t kvBudgetBytes = 0);
+
+  // Reuses the cache it already has when it holds `batch` rows (stale slots are never read:
+  // docs/checkpoint.md section 1), so a model allocates it once.
+  void Begin(int64_t batch) override;
+  at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
+  bool AddressableSlots() const override { return true; }
+  // The rows the memory budget holds (at least 1, at most kMaxSlots).
+  int64_t SlotBudget() const override;
+  // cache_shape(1) in the cache's dtype.
+  int64_t CacheBytesPerRow() const override;
+  void Keep(const at::Tensor& rows) override;
+  // Shares a prompt's prefill among a request's n choices (Scheduler).
+  bool CanCopyRows() const override { return true; }
+  void CopyRow(int64_t from, int64_t to) override;
+  // Keeps the cache for the next Begin; the destructor frees it.
+  void End() override {}
+
+  static constexpr int64_t kMaxSlots = 256;
+  // The cache budget when none is configured: 256 MiB on the CPU (as the native runtime's
+  // slots), half the device's free memory on CUDA (1 GiB when it cannot be read).
+  static int64_t DefaultKvBudget(c10::Device device);
+
+ private:
+  // One forward call over slots [first, first + rows) with `lengths` (device tensors).
+  at::Tensor Forward(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths, int64_t first,
+                     int64_t rows);
+
+  std::shared_ptr<torch::jit::Module> module_;
+  c10::Device device_;
+  c10::ScalarType cacheDtype_;
+  int64_t kvBudgetBytes_;
+  mutable int64_t slotBudget_ = 0;  // computed once: free device memory shrinks once the cache exists
+  at::Tensor cache_;  // [L, 2, B, H, C, hd]: batch is dimension 2
+};
+
+}  // namespace tsn

@@ -1,0 +1,56 @@
+// One forward step of a causal LM with a KV cache it owns (docs/checkpoint.md):
+// forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
+// call; rows may sit at different positions. Implementations: ScriptStepper (any
+// TorchScript checkpoint, any device) and the native CPU steppers, each registered by
+// architecture in NativeRegistry.h (DecoderStepper's GptStepper for "gpt", LlamaStepper for
+// "llama").
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/script.h>
+
+#include <stdexcept>
+
+#include "kernels/Kernels.h"
+#include "steppers/ModelFields.h"
+
+namespace tsn {
+
+class Stepper {
+ public:
+  virtual ~Stepper() = default;
+  // Allocates a zeroed cache for `batch` rows.
+  virtual void Begin(int64_t batch) = 0;
+  // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [B,V] after each
+  // row's last fed token, on the model's device (rows fed nothing hold anything).
+  virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
+  // True when any slot can start a new row at any step and idle slots cost nothing (rows at
+  // different positions, lengths 0 for idle slots): the Scheduler then batches continuously.
+  // False for a batch-bound cache, where finished rows cost compute until Keep drops them.
+  virtual bool AddressableSlots() const { return false; }
+  // Slots worth allocating for continuous batching (addressable runtimes).
+  virtual int64_t SlotBudget() const { return 1; }
+  // Bytes of cache one row (slot) holds at full context: what the KV budget is divided by.
+  virtual int64_t CacheBytesPerRow() const = 0;
+  // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
+  virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
+  // True when CopyRow works: n samples of one prompt then share one prefill.
+  virtual bool CanCopyRows() const { return false; }
+  // Makes slot `to`'s cache a copy of slot `from`'s (every position).
+  virtual void CopyRow(int64_t from, int64_t to) { throw std::logic_error("this runtime does not copy rows"); }
+  // Frees the cache.
+  virtual void End() = 0;
+};
+
+// What a native CPU stepper is built from: the checkpoint's module (weights by name), its
+// config.json fields, the kernel family to compute with and the compute threads.
+struct NativeContext {
+  const torch::jit::Module& module;
+  const ModelFields& fields;
+  const KernelSet& kernels;
+  int threads = 1;
+  int64_t kvBudgetBytes = 0;  // memory for the cache (SERVICE_KV_BUDGET_MB); 0: 256 MiB
+
+};
+
+}  // namespace tsn
