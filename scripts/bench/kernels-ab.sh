@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The native kernels of another revision against the working tree's, in one process,
+# alternating (scripts/bench/kernels/ab.cc), on weight shapes of the demo model, GPT-2 small
+# and a 1B Llama, for every kernel family this CPU runs (or those named). No libtorch needed.
+#
+#   bash scripts/bench/kernels-ab.sh BASE_REV [FAMILY ...]
+#
+# Example: bash scripts/bench/kernels-ab.sh HEAD~3 avx2
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 1 ] || { echo "usage: bash scripts/bench/kernels-ab.sh BASE_REV [FAMILY ...]" >&2; exit 2; }
+base=$1
+shift
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+napi="-Inode_modules/node-addon-api -Inode_modules/node-api-headers/include"
+flags="-O3 -std=c++17 -fPIC -ffp-contract=fast -Wno-psabi"
+
+mkdir -p "$work/base"
+git archive "$base" native | tar -x -C "$work/base"
+# One kernels translation unit per side, found where its revision keeps it (native/ before
+# the layer folders, native/kernels/ after), with the napi symbols its headers name stubbed.
+build() {  # $1: root holding native/, $2: output .so
+  local source include
+  source=$(find "$1/native" -name Kernels.cc | head -1)
+  include="-I$1/native -I$(dirname "$source")"
+  g++ $flags $napi $include -c "$source" -o "$2.o"
+  nm -u "$2.o" | awk '/napi_/{print "void "$2"(void){}"}' > "$2.stub.c"
+  gcc -fPIC -c "$2.stub.c" -o "$2.stub.o"
+  g++ -shared "$2.o" "$2.stub.o" -o "$2"
+}
+build "$work/base" "$work/base.so"
+build "$PWD" "$work/head.so"
+g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/ab.cc "$work/head.so.o" "$work/head.so.stub.o" -ldl -o "$work/ab"
+
+if [ $# -gt 0 ]; then families=("$@"); else
+  families=()
+  grep -qw avx512_bf16 /proc/cpuinfo && families+=(avx512_bf16)
+  grep -qw avx512f /proc/cpuinfo && families+=(avx512)
+  grep -qw avx2 /proc/cpuinfo && families+=(avx2)
+  families+=(baseline)
+fi
+for family in "${families[@]}"; do
+  for shape in "768 256 0 16" "3072 768 0 4" "3072 768 1 4" "8192 2048 1 2" "2048 8192 2 2"; do
+    # shellcheck disable=SC2086
+    "$work/ab" "$work/base.so" "$work/head.so" "$family" $shape
+  done
+done

@@ -1,0 +1,67 @@
+// Two builds of the native kernels in one process, alternating round by round, so a shared,
+// noisy machine slows both alike (scripts/bench/kernels-ab.sh builds them and runs this).
+//   ab BASE.so HEAD.so FAMILY N K TYPE COPIES
+// Times KernelSet::linearPanels of an N x K weight (TYPE 0 float32, 1 bf16, 2 fp16; COPIES
+// distinct copies cycled so the weights stream from memory as in a model) at 1 to 500 rows,
+// one thread, and prints GFLOP/s of each build and head / base. Both builds must pack
+// weights alike (PackedLinear is this program's own, the head's).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "kernels/Kernels.h"
+
+using namespace tsn;
+using Select = const KernelSet& (*)(const std::string&);
+
+static double Now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: ab BASE.so HEAD.so FAMILY N K TYPE COPIES\n");
+    return 2;
+  }
+  const std::string family = argv[3];
+  const int n = std::atoi(argv[4]), k = std::atoi(argv[5]), type = std::atoi(argv[6]), copies = std::atoi(argv[7]);
+  const char* symbol = "_ZN3tsn13SelectKernelsERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
+  const KernelSet* sets[2];
+  for (int side = 0; side < 2; ++side) {
+    void* library = dlopen(argv[1 + side], RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      std::fprintf(stderr, "%s\n", dlerror());
+      return 1;
+    }
+    sets[side] = &reinterpret_cast<Select>(dlsym(library, symbol))(family);
+  }
+  std::vector<float> weight(static_cast<size_t>(n) * k), bias(n);
+  for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
+  std::vector<PackedLinear> matrices;
+  for (int i = 0; i < copies; ++i) matrices.emplace_back(weight.data(), bias.data(), n, k, static_cast<WeightType>(type));
+  std::vector<float> x(static_cast<size_t>(500) * k, 0.01f), y(static_cast<size_t>(500) * n);
+  std::printf("%s, %d x %d, type %d, %d copies: GFLOP/s base / head (head / base), best of 5 alternating rounds each\n",
+              sets[1]->name, n, k, type, copies);
+  for (int rows : {1, 2, 3, 4, 6, 8, 16, 32, 64, 500}) {
+    const double flops = 2.0 * rows * n * k;
+    const int reps = std::clamp(static_cast<int>(3e8 / flops), 3, 500);
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 10; ++round) {
+      const KernelSet& set = *sets[round % 2];
+      const double start = Now();
+      for (int r = 0; r < reps; ++r) {
+        const PackedLinear& m = matrices[r % copies];
+        set.linearPanels(x.data(), rows, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);
+      }
+      best[round % 2] = std::min(best[round % 2], (Now() - start) / reps);
+    }
+    std::printf("rows %3d: %6.1f / %6.1f (%.2fx)\n", rows, flops / best[0] / 1e9, flops / best[1] / 1e9, best[0] / best[1]);
+  }
+}
