@@ -113,7 +113,8 @@ bool NeedsTiming(const std::string& family) { return family == "baseline"; }
 RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings) {
   if (!NeedsTiming(family)) {
     return {true, "native runtime, " + family +
-                      " kernels: ahead of the TorchScript forward at every batch size and in prefill on this family"};
+                      " kernels: 1.3-12x the TorchScript forward's decode at every batch size on this family, "
+                      "and at par or ahead in prefill"};
   }
   // The TorchScript forward serves only when clearly faster: timings at load move by a few
   // percent with the neighbours, and a wrong flip to it costs more than one to native.
