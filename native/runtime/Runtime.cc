@@ -14,12 +14,17 @@ namespace tsn {
 
 namespace {
 
+// Prompt tokens for the load-time checks: [rows, length] ids spread over 0..199.
+at::Tensor ProbeTokens(int64_t rows, int64_t length) {
+  return (at::arange(rows * length, at::kLong).view({rows, length}) * 37 + 11).remainder(200);
+}
+
 // Largest logit difference of the two steppers over a mixed prefill and a decode step,
 // relative to the logits' size. Both get the same rows at different positions.
 double Disagreement(Stepper& reference, Stepper& candidate, int64_t context) {
   const int64_t first = std::min<int64_t>(9, context - 2);
   const int64_t second = std::max<int64_t>(1, first / 2);
-  at::Tensor idx = (at::arange(2 * first, at::kLong).view({2, first}) * 37 + 11).remainder(200);
+  at::Tensor idx = ProbeTokens(2, first);
   at::Tensor pos = at::zeros({2}, at::kLong);
   at::Tensor lengths = at::tensor(std::vector<int64_t>{first, second}, at::kLong);
   double worst = 0;
@@ -58,7 +63,7 @@ double TimeWorkload(Stepper& stepper) {
   for (int run = 0; run < 3; ++run) {
     const auto start = std::chrono::steady_clock::now();
     stepper.Begin(kRows);
-    at::Tensor idx = (at::arange(kRows * kPrompt, at::kLong).view({kRows, kPrompt}) * 37 + 11).remainder(200);
+    at::Tensor idx = ProbeTokens(kRows, kPrompt);
     at::Tensor pos = at::zeros({kRows}, at::kLong);
     at::Tensor lengths = at::full({kRows}, kPrompt, at::kLong);
     for (int64_t step = 0; step <= kSteps; ++step) {

@@ -108,6 +108,27 @@ interface Plan {
   repeats: number;
 }
 
+/**
+ * Seconds per decode step at each batch size, (t(1 + N tokens) - t(1 token)) / N with each t
+ * the best of plan.repeats after a warm-up, and the first token's time at batch 1; `time`
+ * generates `tokens` tokens for each of `batch` rows of the promptLen-token prompt.
+ */
+async function decodeSteps(
+  time: (batch: number, tokens: number) => Promise<number>,
+  plan: Plan,
+): Promise<Pick<Arm, "step" | "firstTokenSeconds">> {
+  const step: Record<number, number> = {};
+  let firstTokenSeconds = NaN;
+  for (const batch of batches) {
+    await time(batch, 2);
+    const one = await best(() => time(batch, 1), plan.repeats);
+    const many = await best(() => time(batch, 1 + plan.tokens), plan.repeats);
+    step[batch] = (many - one) / plan.tokens;
+    if (batch === 1) firstTokenSeconds = one;
+  }
+  return { step, firstTokenSeconds };
+}
+
 async function ours(path: string, threads: number, kernels: KernelFamily, plan: Plan): Promise<Arm> {
   const model: RawLanguageModel = await loadAddon().loadLanguageModel(path, { device: "cpu", threads, extraFiles: ["config.json"] });
   try {
@@ -131,15 +152,7 @@ async function ours(path: string, threads: number, kernels: KernelFamily, plan: 
       const out = await model.generate(rows, null).result;
       return [(performance.now() - start) / 1000, Array.from(out[0]!)];
     };
-    const step: Record<number, number> = {};
-    let firstTokenSeconds = NaN;
-    for (const batch of batches) {
-      await run(batch, promptLen, 2);
-      const one = await best(async () => (await run(batch, promptLen, 1))[0], plan.repeats);
-      const many = await best(async () => (await run(batch, promptLen, 1 + plan.tokens))[0], plan.repeats);
-      step[batch] = (many - one) / plan.tokens;
-      if (batch === 1) firstTokenSeconds = one;
-    }
+    const { step, firstTokenSeconds } = await decodeSteps(async (batch, tokens) => (await run(batch, promptLen, tokens))[0], plan);
     const prefillSeconds = await best(async () => (await run(1, prefillLen, 1))[0], Math.min(plan.repeats, 2));
     const [, firstTokens] = await run(1, promptLen, 8);
     return { step, firstTokenSeconds, prefillSeconds, firstTokens, problems: [] };
@@ -219,15 +232,7 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
       }
       return [seconds, outs[0]!];
     };
-    const step: Record<number, number> = {};
-    let firstTokenSeconds = NaN;
-    for (const batch of batches) {
-      await run(batch, 2);
-      const one = await best(async () => (await run(batch, 1))[0], plan.repeats);
-      const many = await best(async () => (await run(batch, 1 + plan.tokens))[0], plan.repeats);
-      step[batch] = (many - one) / plan.tokens;
-      if (batch === 1) firstTokenSeconds = one;
-    }
+    const { step, firstTokenSeconds } = await decodeSteps(async (batch, tokens) => (await run(batch, tokens))[0], plan);
     const prefill = async (): Promise<number> => {
       await sequences[0]!.clearHistory();
       gate.rows = 1;
