@@ -27,7 +27,19 @@ export interface CompletionRequest extends GenerateRequest {
   n?: number;
   /** Report log-probabilities of each generated token and this many alternatives (0..20). */
   logprobs?: number;
+  /** Output the tokens must follow (structured output, tool calls); absent: free text. */
+  constraint?: GenerationConstraint;
 }
+
+/**
+ * What a constrained choice's text must match, enforced token by token while it is sampled
+ * (src/engine/constraints). Every choice of the request follows it.
+ */
+export type GenerationConstraint =
+  | { type: "json_object" }
+  | { type: "json_schema"; schema: Record<string, unknown> | boolean; strict?: boolean }
+  | { type: "regex"; pattern: string }
+  | { type: "grammar"; grammar: string };
 
 /** A token's log-probability under the model's raw distribution (before temperature and penalties). */
 export interface TokenLogprob {
@@ -52,6 +64,8 @@ export interface CompletionChoice {
 export interface Completion {
   /** Tokens the model was fed for the prompt. */
   promptTokens: number;
+  /** Of those, tokens whose keys and values came from the prefix cache instead of a prefill. */
+  cachedPromptTokens?: number;
   /** n choices, in order. */
   choices: CompletionChoice[];
 }
@@ -66,6 +80,8 @@ export interface CompletionChunk {
   completionTokens?: number;
   /** On every choice's last chunk. */
   promptTokens?: number;
+  /** On every choice's last chunk: prompt tokens served from the prefix cache. */
+  cachedPromptTokens?: number;
 }
 
 /** A checkpoint's chat template (tokenizer_config.json or config.json `chat_template`), with the special tokens it names. */
