@@ -71,7 +71,9 @@ describe("tool calls: chat templates, formats and parsers", () => {
     // A string is iterable to Jinja: the template prints a tool result with tojson, as transformers does.
     expect(llamaHistory.request.prompt).to.include('<|start_header_id|>ipython<|end_header_id|>\n\n"sunny"<|eot_id|>');
 
-    const mistral = parseChat({ model: "m", messages: history("abcDEF123"), tools: [weather] }, { template: TEMPLATES.mistral, bosToken: "<s>", eosToken: "</s>" });
+    // Mistral's template wants the user and the assistant to alternate around the tool turns.
+    const mistralHistory = [...history("abcDEF123").slice(0, 3), { role: "assistant", content: "Sunny." }, { role: "user", content: "And in Rome?" }];
+    const mistral = parseChat({ model: "m", messages: mistralHistory, tools: [weather] }, { template: TEMPLATES.mistral, bosToken: "<s>", eosToken: "</s>" });
     expect(mistral.request.prompt).to.include('[AVAILABLE_TOOLS] [{"type": "function", "function": {"name": "get_weather"');
     expect(mistral.request.prompt).to.include('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]</s>');
     expect(mistral.request.prompt).to.include('[TOOL_RESULTS] {"content": sunny, "call_id": "abcDEF123"}[/TOOL_RESULTS]');
