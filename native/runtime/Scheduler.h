@@ -10,6 +10,7 @@
 // and compact finished rows out of it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -97,6 +98,8 @@ class Scheduler {
   // Constrained rows (structured output): samples the held rows whose mask has come; true
   // when some row can step.
   bool ResumeHeld();
+  // Before a step: a short, bounded wait for rows whose mask is about to come.
+  void GraceForHeld();
   SampleRow SampleRowOf(Row& row, int64_t logitRow);
   // After a step: rows that share a prefill take a copy of their source's cache.
   void CopyPrefills(const std::vector<size_t>& active);
@@ -107,6 +110,7 @@ class Scheduler {
   StepPolicy policy_;
   int64_t half_;
   uint64_t admitted_ = 0;  // rows admitted so far: the next row's arrival
+  std::chrono::microseconds lastStep_{0};  // how long the last step took (GraceForHeld)
   std::vector<std::unique_ptr<Row>> slots_;  // null: free
   std::vector<std::pair<std::shared_ptr<ScheduledJob>, size_t>> remaining_;  // rows left per job
 };
