@@ -77,9 +77,12 @@ SPECS = {
                  dtype="float32", shards=1, ctx=128),
 }
 # Tool calling: the same models with their real chat templates (test/fixtures/chat-templates),
-# which render `tools` and tool-call histories.
-SPECS["llama3-tools"] = dict(SPECS["llama3-bf16"], tokenizer="llama3-tools", dtype="float32", ctx=512)
-SPECS["qwen2-tools"] = dict(SPECS["qwen2"], tokenizer="qwen2-tools", ctx=512)
+# which render `tools` and tool-call histories. Only on request (--only): SPECS is the set
+# every architecture test walks.
+TOOL_SPECS = {
+    "llama3-tools": dict(SPECS["llama3-bf16"], tokenizer="llama3-tools", dtype="float32", ctx=512),
+    "qwen2-tools": dict(SPECS["qwen2"], tokenizer="qwen2-tools", ctx=512),
+}
 TOOL_TEMPLATES = {"llama3": "llama-3.2-instruct.jinja", "qwen2": "qwen2.5-instruct.jinja"}
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -216,7 +219,7 @@ def gpt2_weights(spec: dict, vocab: int, g: torch.Generator) -> Dict[str, torch.
 
 
 def make(name: str, out_dir: str, spec: Optional[dict] = None) -> str:
-    spec = spec or SPECS[name]
+    spec = spec or SPECS.get(name) or TOOL_SPECS[name]
     path = os.path.join(out_dir, name)
     os.makedirs(path, exist_ok=True)
     tok, tc, gen_eos, bos, eos = tokenizer_files(spec["tokenizer"])
@@ -333,7 +336,7 @@ def native_set(out_dir: str) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description="tiny Hugging Face model directories for tests")
     ap.add_argument("out_dir")
-    ap.add_argument("--only", action="append", choices=sorted(SPECS))
+    ap.add_argument("--only", action="append", choices=sorted({**SPECS, **TOOL_SPECS}))
     ap.add_argument("--export", action="store_true", help="also export each to OUT_DIR/NAME.pt")
     ap.add_argument("--native-set", action="store_true",
                     help="write the native runtime's test checkpoints and OUT_DIR/reference.json")
