@@ -33,27 +33,38 @@ export function xgrammar(): XGrammarModule {
  * parse). The WebAssembly build reports the reason only on stderr ("[FATAL] file:line: why")
  * and throws a bare "Aborted()": the reason is caught from there and thrown as the message.
  */
+let captured: string[] = [];
+let capturing = 0;
+let originalWrite: typeof process.stderr.write | undefined;
+
 export async function withXGrammarErrors<T>(run: () => Promise<T>): Promise<T> {
   // The bundle binds console.error at load, so its writes are caught where they land; other
-  // writes in the meantime pass through.
-  const lines: string[] = [];
+  // writes in the meantime pass through. Calls may overlap (compiles are async): the hook is
+  // installed by the first and removed by the last.
   const stderr = process.stderr;
-  const write = stderr.write;
-  stderr.write = function (this: typeof stderr, chunk: unknown, ...rest: unknown[]): boolean {
-    const text = typeof chunk === "string" ? chunk : Buffer.isBuffer(chunk) ? chunk.toString("utf8") : "";
-    if (text.includes("[FATAL]") || text.startsWith("Aborted(")) {
-      lines.push(text);
-      return true;
-    }
-    return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest);
-  } as typeof stderr.write;
+  if (capturing++ === 0) {
+    const write = (originalWrite = stderr.write);
+    captured = [];
+    stderr.write = function (this: typeof stderr, chunk: unknown, ...rest: unknown[]): boolean {
+      const text = typeof chunk === "string" ? chunk : Buffer.isBuffer(chunk) ? chunk.toString("utf8") : "";
+      if (text.includes("[FATAL]") || text.startsWith("Aborted(")) {
+        captured.push(text);
+        return true;
+      }
+      return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest);
+    } as typeof stderr.write;
+  }
+  const from = captured.length;
   try {
     return await run();
   } catch (err) {
-    const fatal = lines.find((line) => line.includes("[FATAL]"));
+    const fatal = captured.slice(from).find((line) => line.includes("[FATAL]"));
     const reason = fatal ? fatal.replace(/^.*\[FATAL\]\s*\S+:\d+:\s*/, "").trim() : ((err as Error)?.message ?? String(err));
     throw new Error(reason);
   } finally {
-    stderr.write = write;
+    if (--capturing === 0 && originalWrite) {
+      stderr.write = originalWrite;
+      originalWrite = undefined;
+    }
   }
 }
