@@ -164,6 +164,19 @@ describe("structured output and tool calls (npm start, demo model)", function ()
         expect((err as APIError).message).to.match(/schema/i);
       }
     }
+    // A tool whose parameters are not a schema, under a required choice (which compiles them).
+    try {
+      await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "user", content: "x" }],
+        tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "nope" } } } } }],
+        tool_choice: "required",
+      });
+      expect.fail("accepted bad tool parameters");
+    } catch (err) {
+      expect((err as APIError).status).to.equal(400);
+      expect((err as APIError).message).to.match(/schema is invalid/i);
+    }
     const res = await fetch(`${base}/generate/stream`, {
       method: "POST",
       headers: { "content-type": "application/json" },
