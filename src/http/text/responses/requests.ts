@@ -158,6 +158,16 @@ function inputMessages(input: string | Wire[], history: readonly ConversationMes
     if (!(type in validateItem)) {
       throw badRequest(["input", index, "type"], `input items of type \`${type}\` are not supported (message, function_call, function_call_output are)`, "unsupported_parameter");
     }
+    const parts = type === "message" ? item["content"] : type === "function_call_output" ? item["output"] : undefined;
+    if (Array.isArray(parts)) {
+      parts.forEach((part: unknown, at) => {
+        const kind = (part as { type?: unknown } | null)?.type;
+        if (typeof kind === "string" && !TEXT_PARTS.has(kind)) {
+          const field = type === "message" ? "content" : "output";
+          throw badRequest(["input", index, field, at, "type"], `\`${kind}\` content is not supported: this server takes text only`, "unsupported_parameter");
+        }
+      });
+    }
     const issues: ValidationIssue[] = [];
     try {
       check(validateItem[type as keyof typeof validateItem], item, "body");
@@ -183,6 +193,8 @@ function inputMessages(input: string | Wire[], history: readonly ConversationMes
   });
   return messages;
 }
+
+const TEXT_PARTS = new Set(["input_text", "output_text", "text"]);
 
 function textOf(content: string | { text: string }[]): string {
   return typeof content === "string" ? content : content.map((part) => part.text).join("");

@@ -25,7 +25,7 @@ const messageItem = {
   properties: {
     type: { const: "message" },
     role: { enum: ["user", "system", "developer", "assistant"] },
-    content: { anyOf: [{ type: "string" }, { type: "array", items: textPart }] },
+    content: { anyOf: [{ type: "array", items: textPart }, { type: "string" }] },
     id: { type: "string" },
     status: { type: "string" },
   },
@@ -50,7 +50,7 @@ const functionCallOutputItem = {
   properties: {
     type: { const: "function_call_output" },
     call_id: { type: "string", minLength: 1 },
-    output: { anyOf: [{ type: "string" }, { type: "array", items: textPart }] },
+    output: { anyOf: [{ type: "array", items: textPart }, { type: "string" }] },
     id: { type: "string" },
     status: { type: "string" },
   },
