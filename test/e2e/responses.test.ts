@@ -1,0 +1,174 @@
+/**
+ * OpenAI's Responses API against the real server entry (`node dist/src/server.js`) with real
+ * clients: the official `openai` package (responses.create, responses.stream, retrieve), the
+ * AI SDK's default `openai("model")` (generateText, streamText) and the OpenAI Agents SDK
+ * (`@openai/agents`: an agent's run), on the demo model and on an exported Llama-family
+ * checkpoint with its own chat template.
+ */
+import { createOpenAI } from "@ai-sdk/openai";
+import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from "@openai/agents";
+import { generateText, streamText } from "ai";
+import { expect } from "chai";
+import OpenAI, { APIError } from "openai";
+
+import { exportHfFixtures, type HfCheckpoints } from "../helpers/hfModels.js";
+import { ServerProcess } from "./serverProcess.js";
+
+const MODEL = "brown-gpt";
+
+describe("OpenAI Responses API with real clients (npm start)", function () {
+  this.timeout(180000);
+
+  describe("the demo model", () => {
+    let server: ServerProcess;
+    let base: string;
+    let client: OpenAI;
+
+    before(async () => {
+      server = new ServerProcess({ LOG_LEVEL: "info" });
+      base = (await server.ready()).text;
+      client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+    });
+    after(async () => {
+      const exit = await server?.stop();
+      expect(exit?.code, server?.transcript()).to.equal(0);
+    });
+
+    it("responses.create: the chat route's text for the same conversation, usage, incomplete at the limit", async () => {
+      const response = await client.responses.create({
+        model: MODEL, instructions: "You are a newspaper.", input: "What did the jury say?", max_output_tokens: 12, temperature: 0,
+      });
+      expect(response.object).to.equal("response");
+      const chat = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "system", content: "You are a newspaper." }, { role: "user", content: "What did the jury say?" }],
+        max_tokens: 12,
+        temperature: 0,
+      });
+      expect(response.output_text).to.equal(chat.choices[0]!.message.content);
+      expect(response.usage).to.deep.include({
+        input_tokens: chat.usage!.prompt_tokens,
+        output_tokens: chat.usage!.completion_tokens,
+        total_tokens: chat.usage!.total_tokens,
+      });
+      expect(response.usage!.input_tokens_details.cached_tokens).to.be.a("number").and.at.least(0);
+      if (chat.choices[0]!.finish_reason === "length") {
+        expect(response.status).to.equal("incomplete");
+        expect(response.incomplete_details).to.deep.equal({ reason: "max_output_tokens" });
+      } else {
+        expect(response.status).to.equal("completed");
+      }
+    });
+
+    it("responses.stream: deltas add up to the whole response; the final response is the stored one", async () => {
+      const request = { model: MODEL, input: [{ role: "user" as const, content: "Tell me about Atlanta." }], max_output_tokens: 24, temperature: 0 };
+      const whole = await client.responses.create(request);
+      const stream = client.responses.stream(request);
+      let deltas = "";
+      stream.on("response.output_text.delta", (event) => {
+        deltas += event.delta;
+      });
+      const final = await stream.finalResponse();
+      expect(deltas).to.equal(whole.output_text);
+      expect(final.output_text).to.equal(whole.output_text);
+      expect(final.usage).to.deep.equal(whole.usage);
+      const stored = await client.responses.retrieve(final.id);
+      expect(stored.output_text).to.equal(final.output_text);
+    });
+
+    it("previous_response_id continues the conversation: the same text as the whole conversation sent at once", async () => {
+      // `stop` is this server's extension (not in the client's types).
+      const first = await client.responses.create({ model: MODEL, input: "Hi", max_output_tokens: 8, temperature: 0, stop: ["\n"] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+      const next = await client.responses.create({ model: MODEL, input: "And then?", previous_response_id: first.id, max_output_tokens: 8, temperature: 0 });
+      const whole = await client.responses.create({
+        model: MODEL,
+        input: [
+          { role: "user", content: "Hi" },
+          { role: "assistant", content: first.output_text },
+          { role: "user", content: "And then?" },
+        ],
+        max_output_tokens: 8,
+        temperature: 0,
+        store: false,
+      });
+      expect(next.output_text).to.equal(whole.output_text);
+      expect(next.usage!.input_tokens).to.equal(whole.usage!.input_tokens);
+      const missing = await client.responses.retrieve(whole.id).catch((err: unknown) => err);
+      expect(missing).to.be.instanceOf(APIError).with.property("status", 404);
+      const unknown = await client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_unknown" }).catch((err: unknown) => err);
+      expect(unknown).to.be.instanceOf(APIError).with.property("status", 404);
+      expect((unknown as APIError).param).to.equal("previous_response_id");
+    });
+
+    it("the AI SDK's default openai(model): generateText and streamText", async () => {
+      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" });
+      const chat = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Hello" }], max_tokens: 10, temperature: 0 });
+      const generated = await generateText({ model: provider(MODEL), prompt: "Hello", maxOutputTokens: 10, temperature: 0, maxRetries: 0 });
+      expect(generated.text).to.equal(chat.choices[0]!.message.content);
+      expect(generated.usage.inputTokens).to.equal(chat.usage!.prompt_tokens);
+      expect(generated.usage.outputTokens).to.equal(chat.usage!.completion_tokens);
+      expect(generated.finishReason).to.equal(chat.choices[0]!.finish_reason === "length" ? "length" : "stop");
+      const streamed = streamText({ model: provider(MODEL), prompt: "Hello", maxOutputTokens: 10, temperature: 0, maxRetries: 0 });
+      let text = "";
+      for await (const piece of streamed.textStream) text += piece;
+      expect(text).to.equal(generated.text);
+      expect((await streamed.usage).outputTokens).to.equal(generated.usage.outputTokens);
+    });
+
+    it("the OpenAI Agents SDK: an agent's run returns the model's answer", async () => {
+      setTracingDisabled(true);
+      setOpenAIAPI("responses");
+      // The SDK depends on its own copy of the openai package: the same client at run time.
+      setDefaultOpenAIClient(new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) as unknown as Parameters<typeof setDefaultOpenAIClient>[0]);
+      // An agent's run fails on an incomplete response (cut by the limit), as against OpenAI: a
+      // stop sequence taken from the greedy text ends it first.
+      const ask = { model: MODEL, instructions: "You are a newspaper.", input: [{ role: "user" as const, content: "What did the jury say?" }], max_output_tokens: 40, temperature: 0 };
+      const long = await client.responses.create(ask);
+      const stop = long.output_text.slice(8, 11);
+      const direct = await client.responses.create({ ...ask, stop: [stop] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+      expect(direct.status).to.equal("completed");
+      const agent = new Agent({
+        name: "Reporter", instructions: "You are a newspaper.", model: MODEL,
+        modelSettings: { temperature: 0, maxTokens: 40, providerData: { stop: [stop] } },
+      });
+      const result = await run(agent, "What did the jury say?");
+      expect(result.finalOutput).to.equal(direct.output_text);
+      const streamed = await run(agent, "What did the jury say?", { stream: true });
+      let text = "";
+      for await (const piece of streamed.toTextStream()) text += piece;
+      await streamed.completed;
+      expect(text).to.equal(direct.output_text);
+    });
+  });
+
+  describe("an exported Llama-family checkpoint with its chat template", () => {
+    let fixtures: HfCheckpoints;
+    let server: ServerProcess | undefined;
+
+    before(() => {
+      fixtures = exportHfFixtures(["llama3-bf16"]);
+    });
+    after(async () => {
+      await server?.stop();
+      fixtures?.cleanup();
+    });
+
+    it("responses.create and responses.stream render the checkpoint's template as chat does", async () => {
+      server = new ServerProcess({ SERVICE_CKPT: fixtures.path("llama3-bf16"), SERVICE_MODEL_NAME: "llama" });
+      const base = (await server.ready()).text;
+      const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+      const chat = await client.chat.completions.create({
+        model: "llama", messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi" }], max_tokens: 8, temperature: 0,
+      });
+      const response = await client.responses.create({ model: "llama", instructions: "Be brief.", input: "Hi", max_output_tokens: 8, temperature: 0 });
+      expect(response.output_text).to.equal(chat.choices[0]!.message.content);
+      expect(response.usage!.input_tokens).to.equal(chat.usage!.prompt_tokens);
+      const stream = client.responses.stream({ model: "llama", instructions: "Be brief.", input: "Hi", max_output_tokens: 8, temperature: 0 });
+      const final = await stream.finalResponse();
+      expect(final.output_text).to.equal(response.output_text);
+      const next = await client.responses.create({ model: "llama", input: "More", previous_response_id: response.id, max_output_tokens: 4, temperature: 0 });
+      expect(next.previous_response_id).to.equal(response.id);
+      expect(next.usage!.input_tokens).to.be.greaterThan(response.usage!.input_tokens);
+    });
+  });
+});
