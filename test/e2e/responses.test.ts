@@ -113,6 +113,18 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       for await (const piece of streamed.textStream) text += piece;
       expect(text).to.equal(generated.text);
       expect((await streamed.usage).outputTokens).to.equal(generated.usage.outputTokens);
+      // A second turn: the SDK refers to the stored assistant turn by its item id (item_reference).
+      const again = await generateText({
+        model: provider(MODEL),
+        messages: [{ role: "user", content: "Hello" }, ...generated.response.messages, { role: "user", content: "And?" }],
+        maxOutputTokens: 6, temperature: 0, maxRetries: 0,
+      });
+      const whole = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "user", content: "Hello" }, { role: "assistant", content: generated.text }, { role: "user", content: "And?" }],
+        max_tokens: 6, temperature: 0,
+      });
+      expect(again.text).to.equal(whole.choices[0]!.message.content);
     });
 
     it("the OpenAI Agents SDK: an agent's run returns the model's answer", async () => {

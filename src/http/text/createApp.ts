@@ -16,7 +16,7 @@ import type { LoggerLike } from "../shell/logger.js";
 import { createGenerateMetrics } from "./metrics.js";
 import { mountPlayground } from "../playground/index.js";
 import { openAiRoutes, type OpenAiDeps } from "./openai/routes.js";
-import type { StoredResponse } from "./responses/objects.js";
+import type { Stored } from "./responses/objects.js";
 import { responsesRoutes } from "./responses/routes.js";
 import { DEFAULT_RESPONSE_STORE, ResponseStore } from "./responses/store.js";
 
@@ -58,7 +58,7 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
     createdAt: Math.floor(Date.now() / 1000),
   };
   shell.register(openAiRoutes(openAi));
-  shell.register(responsesRoutes({ ...openAi, store: new ResponseStore<StoredResponse>(options.responseStore ?? DEFAULT_RESPONSE_STORE) }));
+  shell.register(responsesRoutes({ ...openAi, store: new ResponseStore<Stored>(options.responseStore ?? DEFAULT_RESPONSE_STORE) }));
   mountPlayground(shell, "text");
 
   return shell.finish("Text generation", {

@@ -95,6 +95,17 @@ describe("OpenAI Responses API (hand-written engines)", function () {
     expect(prompts[1]).to.equal(`user: Hi\nassistant: ${textOf(first)}\nuser: More\nassistant:`);
     const third = (await (await postJson(running.base, "/v1/responses", { model: "m", input: [{ role: "user", content: "Again" }], previous_response_id: body.id })).json()) as ResponseBody;
     expect(engine.calls.all[2]!.requests[0]!.prompt).to.equal(`user: Hi\nassistant: ${textOf(first)}\nuser: More\nassistant: ${textOf(body)}\nuser: Again\nassistant:`);
+    // The same turn by reference to the stored output item (what the AI SDK sends), not by previous_response_id.
+    const referenced = await postJson(running.base, "/v1/responses", {
+      model: "m", input: [{ role: "user", content: "Hi" }, { type: "item_reference", id: (first.output[0] as unknown as { id: string }).id }, { role: "user", content: "More" }],
+    });
+    expect(referenced.status).to.equal(200);
+    expect(engine.calls.all[3]!.requests[0]!.prompt).to.equal(prompts[1]);
+    const dangling = await postJson(running.base, "/v1/responses", { model: "m", input: [{ type: "item_reference", id: "msg_gone" }] });
+    expect(dangling.status).to.equal(404);
+    expect(((await dangling.json()) as ErrorBody).error.param).to.equal("input.0.id");
+    // An item id is not a response id.
+    expect((await fetch(`${running.base}/v1/responses/${(first.output[0] as unknown as { id: string }).id}`)).status).to.equal(404);
     const got = await fetch(`${running.base}/v1/responses/${first.id}`);
     expect(got.status).to.equal(200);
     expect(await got.json()).to.deep.equal(first);

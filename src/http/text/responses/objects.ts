@@ -119,3 +119,10 @@ export interface StoredResponse {
   response: ResponseObject;
   conversation: ConversationMessage[];
 }
+
+/** And per output item, for an `item_reference` to it. */
+export interface StoredItem {
+  item: OutputItem;
+}
+
+export type Stored = StoredResponse | StoredItem;

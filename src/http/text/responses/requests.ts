@@ -105,13 +105,17 @@ export function checkResponseRequest(body: unknown): Wire {
   return wire;
 }
 
+/** A stored output item by its id (an `item_reference` input item), or undefined. */
+export type ItemLookup = (id: string) => Wire | undefined;
+
 export function parseResponseRequest(
   wire: Wire,
   history: readonly ConversationMessage[],
   template: ChatTemplate | undefined,
+  lookup: ItemLookup,
 ): ParsedResponseRequest {
   const instructions = present<string>(wire, "instructions") ?? null;
-  const conversation = [...history, ...inputMessages(wire["input"] as string | Wire[], history)];
+  const conversation = [...history, ...inputMessages(wire["input"] as string | Wire[], history, lookup)];
   const messages: ConversationMessage[] = instructions === null ? conversation : [{ role: "system", content: instructions }, ...conversation];
   const chat: Wire = {
     model: wire["model"],
@@ -149,14 +153,23 @@ export function parseResponseRequest(
 }
 
 /** The input items as chat messages; a function_call_output must answer a call made before it. */
-function inputMessages(input: string | Wire[], history: readonly ConversationMessage[]): ConversationMessage[] {
+function inputMessages(input: string | Wire[], history: readonly ConversationMessage[], lookup: ItemLookup): ConversationMessage[] {
   if (typeof input === "string") return [{ role: "user", content: input }];
   const messages: ConversationMessage[] = [];
   const calls = new Set(history.flatMap((message) => message.tool_calls?.map((call) => call.id) ?? []));
-  input.forEach((item, index) => {
+  input.forEach((given, index) => {
+    let item = given;
+    // A reference to an item of a stored response (what the AI SDK sends for an earlier assistant turn).
+    if (item["type"] === "item_reference") {
+      const id = item["id"];
+      if (typeof id !== "string") throw badRequest(["input", index, "id"], "an item_reference needs the item's id");
+      const stored = lookup(id);
+      if (!stored) throw new ServingError("ERR_NOT_FOUND", `Item with id '${id}' not found.`, { detail: [{ loc: ["body", "input", index, "id"], msg: "not found", type: "not_found" }] });
+      item = stored;
+    }
     const type = typeof item["type"] === "string" ? (item["type"] as string) : "message";
     if (!(type in validateItem)) {
-      throw badRequest(["input", index, "type"], `input items of type \`${type}\` are not supported (message, function_call, function_call_output are)`, "unsupported_parameter");
+      throw badRequest(["input", index, "type"], `input items of type \`${type}\` are not supported (message, function_call, function_call_output, item_reference are)`, "unsupported_parameter");
     }
     const parts = type === "message" ? item["content"] : type === "function_call_output" ? item["output"] : undefined;
     if (Array.isArray(parts)) {

@@ -23,6 +23,7 @@ import {
   usageOf,
   type OutputItem,
   type ResponseHead,
+  type Stored,
   type StoredResponse,
 } from "./objects.js";
 import { checkResponseRequest, parseResponseRequest, type ConversationMessage, type ParsedResponseRequest } from "./requests.js";
@@ -30,7 +31,8 @@ import { responseRequestSchema } from "./schemas.js";
 import type { ResponseStore } from "./store.js";
 
 export interface ResponsesDeps extends OpenAiDeps {
-  readonly store: ResponseStore<StoredResponse>;
+  /** Responses by id, and their output items by id. */
+  readonly store: ResponseStore<Stored>;
 }
 
 const openAiErrorDoc = (description: string) => ({ description, content: json(ref("OpenAiError")) });
@@ -94,7 +96,7 @@ function retrieveHandler(deps: ResponsesDeps): RequestHandler {
   return (req, res) => {
     const id = String(req.params["id"]);
     const stored = deps.store.get(id);
-    if (!stored) throw notFound(id, null);
+    if (!stored || !("response" in stored)) throw notFound(id, null);
     res.json(stored.response);
   };
 }
@@ -106,10 +108,13 @@ function createHandler(deps: ResponsesDeps): RequestHandler {
     let history: ConversationMessage[] = [];
     if (typeof previousId === "string") {
       const previous = deps.store.get(previousId);
-      if (!previous) throw notFound(previousId, "previous_response_id");
+      if (!previous || !("response" in previous)) throw notFound(previousId, "previous_response_id");
       history = previous.conversation;
     }
-    const parsed = parseResponseRequest(wire, history, deps.chatTemplate);
+    const parsed = parseResponseRequest(wire, history, deps.chatTemplate, (id) => {
+      const stored = deps.store.get(id);
+      return stored && "item" in stored ? (stored.item as unknown as Record<string, unknown>) : undefined;
+    });
     checkModel(deps, parsed.model);
     const head: ResponseHead = { id: newItemId("resp"), createdAt: Math.floor(Date.now() / 1000), model: deps.modelName, echo: parsed.echo };
     if (parsed.stream) {
@@ -133,6 +138,7 @@ function createHandler(deps: ResponsesDeps): RequestHandler {
 
 function keep(deps: ResponsesDeps, parsed: ParsedResponseRequest, response: StoredResponse["response"], output: readonly OutputItem[]): void {
   if (!parsed.store) return;
+  for (const item of output) deps.store.set(item.id, { item });
   const stored = deps.store.set(response.id, { response, conversation: [...parsed.conversation, ...outputMessages(output)] });
   if (!stored) deps.generation.logger.warn({ response: response.id }, "a response larger than the whole response store was not stored");
 }
