@@ -39,7 +39,13 @@ export type GenerationConstraint =
   | { type: "json_object" }
   | { type: "json_schema"; schema: Record<string, unknown> | boolean; strict?: boolean }
   | { type: "regex"; pattern: string }
-  | { type: "grammar"; grammar: string };
+  | { type: "grammar"; grammar: string }
+  /**
+   * `begin` JSON(schema) `end`, once, or (with `repeat`) one or more times joined by
+   * `separator`: tool calls in a template's format (`<tool_call>\n{...}\n</tool_call>`). The
+   * JSON is compact, as for json_schema.
+   */
+  | { type: "tagged_json"; schema: Record<string, unknown>; begin: string; end: string; separator?: string; repeat?: boolean };
 
 /** A token's log-probability under the model's raw distribution (before temperature and penalties). */
 export interface TokenLogprob {
@@ -123,6 +129,12 @@ export interface TextGenerationEngine {
   complete?(requests: readonly CompletionRequest[]): Promise<Completion[]>;
   /** Optional streaming form of complete(); stops early when `signal` aborts. */
   completeStream?(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk>;
+  /**
+   * Optional: compiles a constraint (structured output, tool calls) ahead of generation, and
+   * rejects with a 400-coded error naming the problem when it cannot be compiled. Engines
+   * without it do not take constrained requests (the HTTP layer refuses them).
+   */
+  prepareConstraint?(constraint: GenerationConstraint): Promise<void>;
   /** The checkpoint's chat template, when it has one; the chat route has a default. */
   chatTemplate?(): ChatTemplate | undefined;
   /** Token ids are below this. The /v1 routes take prompts as token ids only from engines that say it. */

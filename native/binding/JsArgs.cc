@@ -104,6 +104,15 @@ std::vector<GenerateRow> ParseRows(const Napi::Value& value) {
     if (parsed.sharesPrefillWith >= static_cast<int64_t>(i)) {
       throw CodedError(ErrorCode::kInvalidArgument, "row.sharesPrefillWith must name an earlier row");
     }
+    Napi::Value mask = row.Get("mask");
+    if (!mask.IsUndefined() && !mask.IsNull()) {
+      if (!mask.IsTypedArray() || mask.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+        throw CodedError(ErrorCode::kInvalidArgument, "row.mask must be an Int32Array");
+      }
+      Napi::Int32Array words = mask.As<Napi::Int32Array>();
+      parsed.constrained = true;
+      parsed.mask.assign(words.Data(), words.Data() + words.ElementLength());
+    }
     rows.push_back(std::move(parsed));
   }
   return rows;

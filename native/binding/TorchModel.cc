@@ -173,6 +173,7 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   } catch (...) {
     handle.Set("result", Rejected(env, CurrentError(ErrorCode::kInvalidArgument)));
     handle.Set("cancel", Napi::Function::New(env, [](const Napi::CallbackInfo&) {}));
+    handle.Set("setMask", Napi::Function::New(env, [](const Napi::CallbackInfo&) {}));
     return handle;
   }
 
@@ -183,6 +184,19 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   handle.Set("result", js->deferred.Promise());
   handle.Set("cancel", Napi::Function::New(env, [job](const Napi::CallbackInfo& call) {
     job->Cancel(call.Length() > 0 && call[0].IsNumber() ? call[0].As<Napi::Number>().Int64Value() : -1);
+  }));
+  // A constrained row's mask for its next token (src/engine/constraints); ignored for a row
+  // out of range or not constrained.
+  handle.Set("setMask", Napi::Function::New(env, [job](const Napi::CallbackInfo& call) {
+    if (call.Length() < 2 || !call[0].IsNumber() || !call[1].IsTypedArray()) return;
+    const int64_t row = call[0].As<Napi::Number>().Int64Value();
+    Napi::TypedArray array = call[1].As<Napi::TypedArray>();
+    if (array.TypedArrayType() != napi_int32_array || row < 0 || static_cast<size_t>(row) >= job->size() ||
+        !job->rows()[row].constrained) {
+      return;
+    }
+    Napi::Int32Array words = array.As<Napi::Int32Array>();
+    job->SetMask(static_cast<size_t>(row), std::vector<int32_t>(words.Data(), words.Data() + words.ElementLength()));
   }));
 
   auto core = core_;

@@ -8,6 +8,28 @@ Generation::Generation(std::vector<GenerateRow> rows)
     cancelled_[i].store(false);
     wantsLogprobs_ = wantsLogprobs_ || rows_[i].sampling.logprobs >= 0;
   }
+  masks_.resize(rows_.size());
+  maskReady_.assign(rows_.size(), 0);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (!rows_[i].constrained) continue;
+    masks_[i] = rows_[i].mask;
+    maskReady_[i] = 1;
+  }
+}
+
+void Generation::SetMask(size_t row, std::vector<int32_t> mask) {
+  if (row >= rows_.size()) return;
+  std::lock_guard<std::mutex> lock(maskMutex_);
+  masks_[row] = std::move(mask);
+  maskReady_[row] = 1;
+}
+
+bool Generation::TakeMask(size_t row, std::vector<int32_t>& out) {
+  std::lock_guard<std::mutex> lock(maskMutex_);
+  if (!maskReady_[row]) return false;
+  out.swap(masks_[row]);
+  maskReady_[row] = 0;
+  return true;
 }
 
 void Generation::Cancel(int64_t row) {

@@ -21,6 +21,11 @@ struct GenerateRow {
   // An earlier row of the same job with the same prompt whose prefill this row shares (n
   // samples of one prompt): its cache rows are copied instead of computed. -1: none.
   int64_t sharesPrefillWith = -1;
+  // A constrained row (structured output): every token it samples is drawn from the tokens a
+  // mask allows, which JavaScript sends after each token (Generation::SetMask). `mask` is
+  // the first one (XGrammar's bitmask: bit v of word v / 32 allows token v).
+  bool constrained = false;
+  std::vector<int32_t> mask;
 };
 
 // Tokens produced since JavaScript last looked: (row, token) pairs and, when the job asked
@@ -44,6 +49,11 @@ class Generation {
   void Cancel(int64_t row);
   bool Cancelled(size_t row) const;
 
+  // Constrained rows. JS thread: the mask for the row's next token (one per sampled token).
+  void SetMask(size_t row, std::vector<int32_t> mask);
+  // Inference thread: takes the row's next mask into `out`; false while it has not come.
+  bool TakeMask(size_t row, std::vector<int32_t>& out);
+
   // True when some row asked for log-probabilities.
   bool WantsLogprobs() const { return wantsLogprobs_; }
 
@@ -65,6 +75,9 @@ class Generation {
   TokenBatch pending_;
   bool noticePending_ = false;
   bool wantsLogprobs_ = false;
+  std::mutex maskMutex_;  // guards masks_ and maskReady_
+  std::vector<std::vector<int32_t>> masks_;
+  std::vector<char> maskReady_;
 };
 
 }  // namespace tsn

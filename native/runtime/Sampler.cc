@@ -38,6 +38,15 @@ void Penalise(float* logits, int64_t vocab, const SamplingSettings& s, const Pen
   }
 }
 
+// Disallowed tokens get -inf: no later step (penalties, temperature, filters) can bring them back.
+void ApplyMask(float* logits, int64_t vocab, const int32_t* mask, int64_t words) {
+  const float none = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < vocab; ++v) {
+    const int64_t word = v >> 5;
+    if (word >= words || ((static_cast<uint32_t>(mask[word]) >> (v & 31)) & 1u) == 0) logits[v] = none;
+  }
+}
+
 // The raw distribution's log-probability of `token` and its `n` most likely tokens.
 void RawLogprobs(const float* raw, int64_t vocab, int64_t n, SampledToken& out) {
   float peak = -std::numeric_limits<float>::infinity();
@@ -96,9 +105,11 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
       if (std::isnan(raw[v])) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
     }
     const float* row = raw;
-    if (rows[r].penalties != nullptr && p.Penalised()) {
+    const bool penalised = rows[r].penalties != nullptr && p.Penalised();
+    if (penalised || rows[r].mask != nullptr) {
       adjusted.assign(raw, raw + vocab);
-      Penalise(adjusted.data(), vocab, p, *rows[r].penalties);
+      if (rows[r].mask != nullptr) ApplyMask(adjusted.data(), vocab, rows[r].mask, rows[r].maskWords);
+      if (penalised) Penalise(adjusted.data(), vocab, p, *rows[r].penalties);
       row = adjusted.data();
     }
     int64_t best = 0;
@@ -109,7 +120,9 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
         best = v;
       }
     }
-    if (!std::isfinite(peak)) throw CodedError(ErrorCode::kInference, "the model produced no finite logit");
+    if (!std::isfinite(peak)) {
+      throw CodedError(ErrorCode::kInference, rows[r].mask != nullptr ? "the constraint allows no token the model can produce" : "the model produced no finite logit");
+    }
     SampledToken& chosen = out[r];
     chosen.token = best;
     if (p.temperature > kGreedyTemperature) {
@@ -165,7 +178,7 @@ std::vector<SampledToken> SampleTokens(const at::Tensor& logitsIn, std::vector<S
   }
   if (!identity) logits = logitsIn.index_select(0, Upload(at::tensor(sources, at::kLong), logitsIn.device()));
   bool cpu = false;
-  for (const SampleRow& row : params) cpu = cpu || row.settings->NeedsCpu();
+  for (const SampleRow& row : params) cpu = cpu || row.settings->NeedsCpu() || row.mask != nullptr;
   if (cpu) return SampleOnCpu(logits, params);
   return SampleWithTensorOps(logits, params);
 }

@@ -64,6 +64,10 @@ struct SampleRow {
   RowRandom* random;
   const PenaltyState* penalties;  // null when the row is not penalised
   int64_t logitRow;               // the row of the step's logits it samples from
+  // A constrained row's allowed tokens (XGrammar's bitmask, 32 tokens per word; tokens past
+  // its end are not allowed); null: every token. Applied to the logits before anything else.
+  const int32_t* mask = nullptr;
+  int64_t maskWords = 0;
 };
 
 struct SampledToken {
@@ -80,7 +84,7 @@ std::vector<SampledToken> SampleTokens(const at::Tensor& logits, std::vector<Sam
 // The path for logits on an accelerator (SampleTokens picks it): tensor ops only, one
 // device-to-host copy per call (the ids). Also runs on CPU tensors, so it can be checked
 // against the CPU path there. Row r reads logits row r (logitRow is not looked at).
-// Rows whose settings NeedsCpu() are not for this path.
+// Rows whose settings NeedsCpu() or that carry a mask are not for this path.
 std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logits, const std::vector<SampleRow>& rows);
 
 }  // namespace tsn

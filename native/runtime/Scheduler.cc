@@ -1,7 +1,9 @@
 #include "runtime/Scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
@@ -44,8 +46,13 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
       for (size_t s = 0; s < slots_.size(); ++s) {
         if (slots_[s] && slots_[s]->job->generation->Cancelled(slots_[s]->index)) Finish(s);
       }
+      const bool stepping = ResumeHeld();
       if (remaining_.empty()) {
         if (waiting.empty()) break;
+        continue;
+      }
+      if (!stepping) {
+        WaitForMasks();
         continue;
       }
       Step();
@@ -80,6 +87,7 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
     row->history = row->feed;
     row->arrival = admitted_++;
     row->random = std::make_unique<RowRandom>(spec.sampling.seed);
+    row->constrained = spec.constrained;
     if (spec.sampling.Penalised()) {
       row->penalties = std::make_unique<PenaltyState>();
       row->penalties->prompt.insert(spec.prompt.begin(), spec.prompt.end());
@@ -144,6 +152,7 @@ void Scheduler::Step() {
 
   // How much of its pending feed each row takes this step (StepPolicy).
   std::vector<StepDemand> demands;
+  // A held row (constrained, waiting for its mask) has an empty feed: it takes no tokens.
   for (size_t s : active) demands.push_back({static_cast<int64_t>(slots_[s]->feed.size()), slots_[s]->arrival});
   const std::vector<int64_t> plan = policy_.Plan(demands);
 
@@ -164,7 +173,7 @@ void Scheduler::Step() {
     for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
     posData[s] = row.position;
     lenData[s] = n;
-    if (row.prefillFrom) continue;  // waits for its source's prefill (below)
+    if (row.prefillFrom || row.held.defined()) continue;  // waits for its source's prefill (below) or its mask
     if (n == static_cast<int64_t>(row.feed.size())) {
       sampling.push_back(s);
     } else if (n > 0) {
@@ -185,44 +194,89 @@ void Scheduler::Step() {
   CopyPrefills(copies);
   sampling.insert(sampling.end(), copies.begin(), copies.end());
   if (sampling.empty()) return;
-  active = sampling;
+  active.clear();
   std::vector<SampleRow> sampleRows;
-  for (size_t i = 0; i < active.size(); ++i) {
-    const Row& row = *slots_[active[i]];
-    const size_t from = row.prefillFrom ? SlotOf(row.prefillFrom) : active[i];
-    sampleRows.push_back({&row.sampling(), row.random.get(), row.penalties.get(), static_cast<int64_t>(from)});
-  }
-  const std::vector<SampledToken> tokens = SampleTokens(logits, std::move(sampleRows));
-  for (size_t s : active) slots_[s]->prefillFrom = nullptr;
-
-  for (size_t i = 0; i < active.size(); ++i) {
-    const size_t s = active[i];
+  for (size_t s : sampling) {
     Row& row = *slots_[s];
-    Generation& generation = *row.job->generation;
+    const int64_t from = static_cast<int64_t>(row.prefillFrom ? SlotOf(row.prefillFrom) : s);
+    if (row.constrained && !row.job->generation->TakeMask(row.index, row.mask)) {
+      // Its mask is still being computed on the JS thread: keep the logits, go on without it.
+      row.held = logits[from].to(at::kCPU).to(at::kFloat).clone().unsqueeze(0);
+      continue;
+    }
+    active.push_back(s);
+    sampleRows.push_back(SampleRowOf(row, from));
+  }
+  std::vector<SampledToken> tokens;
+  if (!active.empty()) tokens = SampleTokens(logits, std::move(sampleRows));
+  for (size_t s : sampling) {
+    Row& row = *slots_[s];
+    row.prefillFrom = nullptr;
     row.position += static_cast<int64_t>(row.feed.size());
-    const int64_t token = tokens[i].token;
-    if (settings_.IsEos(token)) {
-      Finish(s);
+    row.feed.clear();
+  }
+  for (size_t i = 0; i < active.size(); ++i) Accept(active[i], tokens[i]);
+}
+
+SampleRow Scheduler::SampleRowOf(Row& row, int64_t logitRow) {
+  SampleRow sample{&row.sampling(), row.random.get(), row.penalties.get(), logitRow};
+  if (row.constrained) {
+    sample.mask = row.mask.data();
+    sample.maskWords = static_cast<int64_t>(row.mask.size());
+  }
+  return sample;
+}
+
+bool Scheduler::ResumeHeld() {
+  bool stepping = false;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s]) continue;
+    Row& row = *slots_[s];
+    if (!row.held.defined()) {
+      stepping = true;
       continue;
     }
-    if (row.penalties) ++row.penalties->generated[token];
-    generation.outputs[row.index].push_back(static_cast<int32_t>(token));
-    if (row.job->sink) row.job->sink(row.index, tokens[i]);
-    if (static_cast<int64_t>(generation.outputs[row.index].size()) >= generation.rows()[row.index].maxNewTokens) {
-      Finish(s);
-      continue;
-    }
-    row.history.push_back(token);
-    if (row.position >= settings_.contextLength) {
-      // The cache is full: start over from the most recent half of the context.
-      row.feed = Tail(row.history, half_);
-      row.history = row.feed;
-      row.position = 0;
-    } else {
-      row.feed.assign(1, token);
-      if (static_cast<int64_t>(row.history.size()) > 2 * settings_.contextLength) {
-        row.history = Tail(row.history, settings_.contextLength);
-      }
+    if (!row.job->generation->TakeMask(row.index, row.mask)) continue;
+    const at::Tensor logits = std::move(row.held);
+    row.held = at::Tensor();
+    const std::vector<SampledToken> tokens = SampleTokens(logits, {SampleRowOf(row, 0)});
+    Accept(s, tokens[0]);
+    stepping = stepping || slots_[s] != nullptr;
+  }
+  return stepping;
+}
+
+void Scheduler::WaitForMasks() {
+  // Every row waits for a mask the JS thread is computing (a fraction of a millisecond):
+  // poll rather than add a wake-up path from the binding into the loop.
+  std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+void Scheduler::Accept(size_t s, const SampledToken& sampled) {
+  Row& row = *slots_[s];
+  Generation& generation = *row.job->generation;
+  const int64_t token = sampled.token;
+  if (settings_.IsEos(token)) {
+    Finish(s);
+    return;
+  }
+  if (row.penalties) ++row.penalties->generated[token];
+  generation.outputs[row.index].push_back(static_cast<int32_t>(token));
+  if (row.job->sink) row.job->sink(row.index, sampled);
+  if (static_cast<int64_t>(generation.outputs[row.index].size()) >= generation.rows()[row.index].maxNewTokens) {
+    Finish(s);
+    return;
+  }
+  row.history.push_back(token);
+  if (row.position >= settings_.contextLength) {
+    // The cache is full: start over from the most recent half of the context.
+    row.feed = Tail(row.history, half_);
+    row.history = row.feed;
+    row.position = 0;
+  } else {
+    row.feed.assign(1, token);
+    if (static_cast<int64_t>(row.history.size()) > 2 * settings_.contextLength) {
+      row.history = Tail(row.history, settings_.contextLength);
     }
   }
 }

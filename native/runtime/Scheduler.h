@@ -78,6 +78,13 @@ class Scheduler {
     // Set until the first step: the row whose prefill this one copies (same job, same
     // prompt); this row feeds nothing meanwhile.
     const Row* prefillFrom = nullptr;
+    // Constrained rows (structured output): the mask of the next token, which JavaScript
+    // computes from the tokens so far. A row whose mask has not come when its logits are
+    // ready keeps its logits row in `held` and sits out of the steps until the mask comes
+    // (ResumeHeld): the other rows never wait for the JS thread.
+    bool constrained = false;
+    std::vector<int32_t> mask;
+    at::Tensor held;  // defined while the row waits for its mask
     const SamplingSettings& sampling() const { return job->generation->rows()[index].sampling; }
   };
 
@@ -85,6 +92,13 @@ class Scheduler {
   void Finish(size_t slot);                                // the row in `slot` is done
   void FailAll(const ErrorInfo& error);
   void Step();
+  // After a row sampled `token`: output, end of row (EOS, max tokens), next feed.
+  void Accept(size_t slot, const SampledToken& token);
+  // Constrained rows (structured output): samples the held rows whose mask has come; true
+  // when some row can step. WaitForMasks() waits a little while every row is held.
+  bool ResumeHeld();
+  void WaitForMasks();
+  SampleRow SampleRowOf(Row& row, int64_t logitRow);
   // After a step: rows that share a prefill take a copy of their source's cache.
   void CopyPrefills(const std::vector<size_t>& active);
   size_t SlotOf(const Row* row) const;

@@ -17,10 +17,13 @@ import type {
   CompletionRequest,
   EngineUsage,
   GenerateRequest,
+  GenerationConstraint,
   SamplingSettings,
   TextGenerationEngine,
 } from "../types.js";
 import { ChoiceDecoder, type TokenEvent } from "./choiceDecoder.js";
+import { ConstraintCompiler, ConstraintError, type RowMatcher } from "./constraints/compiler.js";
+import { byteVocabulary, huggingFaceVocabulary, type Vocabulary } from "./constraints/vocabulary.js";
 import { optionalSettings } from "./sampling.js";
 import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
@@ -83,6 +86,7 @@ const MAX_ACTIVE_ROWS = 256;
 export class TorchEngine implements TextGenerationEngine {
   private readonly counts: EngineUsage = { promptTokens: 0, generatedTokens: 0 };
   private disposing: Promise<void> | undefined;
+  private constraints: Promise<ConstraintCompiler> | undefined;
 
   private constructor(
     private readonly model: RawLanguageModel,
@@ -98,6 +102,8 @@ export class TorchEngine implements TextGenerationEngine {
     private readonly kvBudgetMb: number,
     /** Bytes of KV cache a row holds at full context in the chosen runtime. */
     readonly kvBytesPerRow: number,
+    /** The vocabulary as the grammar engine reads it, built on the first constrained request. */
+    private readonly vocabulary: () => Vocabulary,
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
@@ -135,6 +141,7 @@ export class TorchEngine implements TextGenerationEngine {
         findChatTemplate(model.extraFiles, config),
         options.kvBudgetMb ?? DEFAULT_KV_BUDGET_MB,
         kvBytesPerRow,
+        () => TorchEngine.makeVocabulary(config, model.extraFiles),
       );
     } catch (err) {
       await model.dispose();
@@ -155,6 +162,54 @@ export class TorchEngine implements TextGenerationEngine {
     } catch (err) {
       throw new ServingError("ERR_CHECKPOINT_INTERFACE", `${name} is not a usable tokenizer.json: ${(err as Error).message}`);
     }
+  }
+
+  private static makeVocabulary(config: ModelConfig, files: Record<string, string>): Vocabulary {
+    const stops = config.tokenizer.eosTokenIds;
+    if (config.tokenizer.kind === "byte") return byteVocabulary(config.vocabSize, stops);
+    const text = files[config.tokenizer.file ?? "tokenizer.json"] ?? "{}";
+    return huggingFaceVocabulary(JSON.parse(text), config.vocabSize, stops);
+  }
+
+  /** The model's grammar compiler, made on first use (the vocabulary's preprocessing takes a fraction of a second). */
+  private compiler(): Promise<ConstraintCompiler> {
+    this.constraints ??= ConstraintCompiler.create(this.vocabulary());
+    this.constraints.catch(() => (this.constraints = undefined));
+    return this.constraints;
+  }
+
+  /**
+   * Compiles a constraint ahead of generation (and caches it): a constraint that cannot be
+   * compiled is refused here, with the reason, before a batch or stream holds the request.
+   */
+  async prepareConstraint(constraint: GenerationConstraint): Promise<void> {
+    try {
+      await (await this.compiler()).compile(constraint);
+    } catch (err) {
+      if (err instanceof ConstraintError) throw new ServingError("ERR_INVALID_ARGUMENT", err.message);
+      throw asServingError(err, "ERR_INTERNAL");
+    }
+  }
+
+  /** One grammar matcher per row of the constrained requests (undefined for the others), with its first mask. */
+  private async matchersFor(requests: readonly CompletionRequest[]): Promise<(RowMatcher | undefined)[]> {
+    const matchers: (RowMatcher | undefined)[] = [];
+    try {
+      for (const request of requests) {
+        for (let i = 0; i < (request.n ?? 1); i++) {
+          if (!request.constraint) {
+            matchers.push(undefined);
+            continue;
+          }
+          await this.prepareConstraint(request.constraint);
+          matchers.push(await (await this.compiler()).matcher(request.constraint));
+        }
+      }
+    } catch (err) {
+      matchers.forEach((matcher) => matcher?.dispose());
+      throw err;
+    }
+    return matchers;
   }
 
   get device(): string {
@@ -236,7 +291,8 @@ export class TorchEngine implements TextGenerationEngine {
     const completions = requests.map(notRun);
     const live = requests.flatMap((request, index) => (request.signal?.aborted ? [] : [index]));
     if (live.length === 0) return completions;
-    const job = this.start(live.map((index) => requests[index]!));
+    const matchers = await this.matchersFor(live.map((index) => requests[index]!));
+    const job = await this.start(live.map((index) => requests[index]!), undefined, undefined, matchers);
     // A request whose client goes away stops at the next step; the others go on.
     const detach = live.map((index, i) =>
       onAbort(requests[index]!.signal, () => job.rowsOf[i]!.forEach((row) => job.generation.cancel(row))),
@@ -259,6 +315,7 @@ export class TorchEngine implements TextGenerationEngine {
   async *completeStream(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk> {
     const abortSignal = signal ?? request.signal;
     if (abortSignal?.aborted) return;
+    const matchers = await this.matchersFor([request]);
     // The addon's callbacks emit chunks, the consumer pulls them: events.on buffers what it
     // has not taken yet, and throws a failure once the chunks before it are taken.
     const events = new EventEmitter();
@@ -266,13 +323,14 @@ export class TorchEngine implements TextGenerationEngine {
     const chunks = on(events, "chunk", { close: ["end"] });
     const fail = (err: unknown) => events.emit("error", err);
     let settled = false;
-    const job = this.start(
+    const job = await this.start(
       [request],
       (row, text) => {
         const logprobs = job.decoders[row]!.newLogprobs();
         events.emit("chunk", logprobs ? { index: row, text, logprobs } : { index: row, text });
       },
       fail,
+      matchers,
     );
     job.generation.result.then(
       () => {
@@ -320,11 +378,16 @@ export class TorchEngine implements TextGenerationEngine {
    * otherwise each row is decoded once at the end, which costs far less than decoding token
    * by token. Decoding inside the addon's callbacks cancels the call on a throw and reports
    * it to `onError`, never to the native layer.
+   *
+   * A constrained row (a matcher in `matchers`) is always watched: each of its tokens
+   * advances its grammar, whose next mask goes back to the addon; the row ends once the
+   * grammar is complete.
    */
-  private start(
+  private async start(
     requests: readonly CompletionRequest[],
     onText?: (row: number, text: string) => void,
     onError: (err: unknown) => void = () => {},
+    matchers: readonly (RowMatcher | undefined)[] = [],
   ) {
     const rows: RawGenerateRow[] = [];
     const rowsOf: number[][] = [];
@@ -339,7 +402,35 @@ export class TorchEngine implements TextGenerationEngine {
     }
     const widths = rows.map((row) => Math.max(0, row.sampling.logprobs ?? -1));
     const wantsLogprobs = rows.map((row) => (row.sampling.logprobs ?? -1) >= 0);
-    const watched = onText !== undefined || rows.some((_row, i) => stops[i]!.length > 0 || wantsLogprobs[i]);
+    const watched =
+      onText !== undefined || rows.some((_row, i) => stops[i]!.length > 0 || wantsLogprobs[i] || matchers[i] !== undefined);
+    for (let i = 0; i < rows.length; i++) {
+      const matcher = matchers[i];
+      if (!matcher) continue;
+      const first = await matcher.next();
+      rows[i]!.mask = first.mask;
+    }
+    const constrain = (row: number, token: number) => {
+      const matcher = matchers[row]!;
+      if (!matcher.accept(token)) {
+        generation.cancel(row); // cannot happen while the mask holds; never loop on it
+        return;
+      }
+      matcher.next().then(
+        ({ mask, complete }) => {
+          if (complete) {
+            decoders[row]?.markComplete();
+            generation.cancel(row);
+          } else {
+            generation.setMask(row, mask);
+          }
+        },
+        (err: unknown) => {
+          generation.cancel(row);
+          onError(err);
+        },
+      );
+    };
     const texts = rows.map(() => "");
     const decoders: ChoiceDecoder[] = [];
     const onTokens = (pairs: Int32Array, logprobs?: Float32Array, topIds?: Int32Array, topLogprobs?: Float32Array) => {
@@ -356,6 +447,7 @@ export class TorchEngine implements TextGenerationEngine {
           }
           top += width;
           this.counts.generatedTokens += 1;
+          if (matchers[row]) constrain(row, event.id);
           const text = decoders[row]!.push(event);
           if (text) {
             texts[row] += text;
@@ -368,6 +460,11 @@ export class TorchEngine implements TextGenerationEngine {
       }
     };
     const generation = this.model.generate(rows, watched ? onTokens : null);
+    if (matchers.some((matcher) => matcher)) {
+      // After the callbacks' pending mask computations (microtasks) have run.
+      const release = () => setImmediate(() => matchers.forEach((matcher) => matcher?.dispose()));
+      generation.result.then(release, release);
+    }
     if (watched) {
       rows.forEach((row, index) => {
         decoders.push(

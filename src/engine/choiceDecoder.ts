@@ -38,6 +38,13 @@ export class ChoiceDecoder {
     this.logprobs = wantsLogprobs ? [] : undefined;
   }
 
+  /** Its grammar is complete (constrained decoding): the choice ended on its own, not on max tokens. */
+  private complete = false;
+
+  markComplete(): void {
+    this.complete = true;
+  }
+
   get stopped(): boolean {
     return this.stop.stopped;
   }
@@ -59,7 +66,7 @@ export class ChoiceDecoder {
   }
 
   finishReason(): FinishReason {
-    return this.stop.stopped || this.tokens < this.maxNewTokens ? "stop" : "length";
+    return this.stop.stopped || this.complete || this.tokens < this.maxNewTokens ? "stop" : "length";
   }
 
   /** All log-probabilities so far (undefined when not asked for). */

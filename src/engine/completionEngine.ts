@@ -8,7 +8,7 @@
  * worse than none).
  */
 import { ServingError } from "../errors.js";
-import type { CompletionEngine, CompletionRequest, GenerateRequest, TextGenerationEngine } from "../types.js";
+import type { CompletionEngine, CompletionRequest, GenerateRequest, GenerationConstraint, TextGenerationEngine } from "../types.js";
 import { StopMatcher } from "./stopMatcher.js";
 
 export interface ServedEngine extends CompletionEngine {
@@ -16,6 +16,8 @@ export interface ServedEngine extends CompletionEngine {
   readonly countsTokens: boolean;
   /** Prompts given as token ids must be below it; undefined: such prompts are refused. */
   readonly vocabularySize: number | undefined;
+  /** Compiles a constraint ahead of generation (400 when it cannot be); absent: constraints are refused. */
+  readonly prepareConstraint?: (constraint: GenerationConstraint) => Promise<void>;
 }
 
 export function completionEngineOf(engine: TextGenerationEngine): ServedEngine {
@@ -25,6 +27,7 @@ export function completionEngineOf(engine: TextGenerationEngine): ServedEngine {
       vocabularySize: engine.vocabularySize,
       complete: (requests) => engine.complete!(requests),
       completeStream: (request, signal) => engine.completeStream!(request, signal),
+      ...(engine.prepareConstraint ? { prepareConstraint: (constraint: GenerationConstraint) => engine.prepareConstraint!(constraint) } : {}),
     };
   }
   return {

@@ -48,6 +48,12 @@ export interface RawGenerateRow {
   sampling: RawSamplingSettings;
   /** An earlier row of this call with the same tokens: this row copies its prefill (n samples of one prompt). */
   sharesPrefillWith?: number;
+  /**
+   * A constrained row (structured output): the bitmask of the tokens its first token may be
+   * (XGrammar's format: bit v % 32 of word v / 32 allows token v). Each later token waits for
+   * the next mask, sent with RawGeneration.setMask; the other rows never wait for it.
+   */
+  mask?: Int32Array;
 }
 
 /**
@@ -67,6 +73,8 @@ export interface RawGeneration {
   readonly result: Promise<Int32Array[]>;
   /** Stops one row (or every row) at the next decode step. */
   cancel(row?: number): void;
+  /** A constrained row's mask for its next token, once per token it produced. */
+  setMask(row: number, mask: Int32Array): void;
 }
 
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */

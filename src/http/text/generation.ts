@@ -41,6 +41,7 @@ export async function completeAll(
   res: Response,
   requests: readonly CompletionRequest[],
 ): Promise<Completion[] | undefined> {
+  await prepareConstraints(generation, requests);
   const signal = disconnectSignal(res);
   try {
     const completions = await Promise.all(requests.map((request) => generation.batcher.submit({ ...request, signal }, signal)));
@@ -48,6 +49,19 @@ export async function completeAll(
   } catch (err) {
     if (signal.aborted) return undefined; // nobody is listening
     throw err;
+  }
+}
+
+/**
+ * Compiles the requests' constraints (structured output, tool calls) before they join a batch
+ * or open a stream: one that cannot be compiled is this request's 400, never a failed batch.
+ */
+export async function prepareConstraints(generation: Generation, requests: readonly CompletionRequest[]): Promise<void> {
+  for (const request of requests) {
+    if (!request.constraint) continue;
+    const prepare = generation.engine.prepareConstraint;
+    if (!prepare) throw new ServingError("ERR_INVALID_ARGUMENT", "structured output and tool_choice required are not supported by this engine");
+    await prepare(request.constraint);
   }
 }
 
@@ -81,6 +95,7 @@ export async function streamCompletion(
   format: StreamFormat,
 ): Promise<void> {
   if (!generation.isServing()) throw new ServingError("ERR_NOT_SERVING", "not serving: the app is not started or is stopping");
+  await prepareConstraints(generation, [request]);
   const release = generation.admission.admit(routeOf(res));
   const leave = generation.streams.enter();
   try {

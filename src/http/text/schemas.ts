@@ -4,6 +4,7 @@
  */
 import { samplingSchemas } from "../../engine/sampling.js";
 import { deepFreeze } from "../shell/schemas.js";
+import { responseFormatSchema } from "./responseFormat.js";
 
 export const PROMPT_MAX_CHARS = 2000;
 export const MAX_NEW_TOKENS_MAX = 512;
@@ -63,6 +64,7 @@ export const generateRequestSchema = deepFreeze({
       description: "Sample among the k most likely tokens; null (or absent) means the whole vocabulary.",
     },
     ...samplingProperties,
+    response_format: { ...responseFormatSchema, description: "Extension (OpenAI's field): the continuation is JSON, any object or one matching a JSON Schema." },
   },
 });
 

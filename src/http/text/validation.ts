@@ -1,5 +1,6 @@
 /** The spec's generate body validated into the engine's request (camelCase), and the sampling fields every text route shares. */
-import type { GenerateRequest } from "../../types.js";
+import type { CompletionRequest } from "../../types.js";
+import { constraintOfResponseFormat } from "./responseFormat.js";
 import { settingsFromWire, type OptionalSamplingSettings } from "../../engine/sampling.js";
 import { check, compile } from "../shell/validation.js";
 import { generateRequestSchema } from "./schemas.js";
@@ -16,7 +17,7 @@ export function samplingFromWire(wire: Record<string, unknown>): OptionalSamplin
 }
 
 /** Validates a parsed JSON body (defaults filled in) and returns the engine's request. */
-export function parseGenerateRequest(body: unknown): GenerateRequest {
+export function parseGenerateRequest(body: unknown): CompletionRequest {
   const wire = check<Record<string, unknown> & { prompt: string; max_new_tokens: number; temperature: number; top_k: number | null }>(
     validateGenerate,
     body,
@@ -28,5 +29,12 @@ export function parseGenerateRequest(body: unknown): GenerateRequest {
     temperature: wire.temperature,
     topK: wire.top_k,
     ...samplingFromWire(wire),
+    ...constraintField(wire["response_format"]),
   };
+}
+
+/** `{constraint}` when `response_format` asks for one, else nothing. */
+export function constraintField(value: unknown): Pick<CompletionRequest, "constraint"> {
+  const constraint = constraintOfResponseFormat(value);
+  return constraint ? { constraint } : {};
 }

@@ -6,6 +6,8 @@ import { ServingError } from "../../../errors.js";
 import type { ChatTemplate, CompletionRequest } from "../../../types.js";
 import { check, compile } from "../../shell/validation.js";
 import { samplingFromWire } from "../validation.js";
+import { constraintField } from "../validation.js";
+import { defaultToolPrompt, toolConstraint, toolFormatOf, type ToolChoice, type ToolFormat, type ToolFunction } from "../tools/toolCalls.js";
 import { renderChat, type ChatMessage } from "./chat.js";
 import { DEFAULT_MAX_TOKENS, MAX_CHOICES, chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
 
@@ -30,6 +32,8 @@ export interface ParsedChat {
   stream: boolean;
   includeUsage: boolean;
   logprobs: boolean;
+  /** Present when the model may call tools: the format its output is parsed in. */
+  tools?: { format: ToolFormat };
 }
 
 function present<T>(wire: Wire, name: string): T | undefined {
@@ -53,11 +57,8 @@ function base(wire: Wire, maxTokens: number): Omit<CompletionRequest, "prompt"> 
  * that silently differs from what was asked (their "off" values pass).
  */
 const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
-  tools: (v) => Array.isArray(v) && v.length > 0,
   functions: (v) => Array.isArray(v) && v.length > 0,
-  tool_choice: (v) => v !== "none",
   function_call: (v) => v !== "none",
-  response_format: (v) => (v as { type?: unknown }).type !== "text",
   logit_bias: (v) => typeof v === "object" && Object.keys(v as object).length > 0,
   suffix: (v) => v !== "",
   best_of: (v) => v !== 1,
@@ -76,7 +77,7 @@ export function parseCompletion(body: unknown): ParsedCompletion {
   const wire = check<Wire>(validateCompletion, body, "body");
   refuseUnsupported(wire);
   const prompt = wire["prompt"] as string | string[] | number[] | number[][];
-  const settings = base(wire, present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.completions);
+  const settings = { ...base(wire, present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.completions), ...constraintField(wire["response_format"]) };
   const logprobs = present<number>(wire, "logprobs");
   if (logprobs !== undefined) settings.logprobs = logprobs;
   let prompts: (string | number[])[];
@@ -107,19 +108,52 @@ export function parseChat(body: unknown, template: ChatTemplate | undefined): Pa
   refuseUnsupported(wire);
   const maxTokens =
     present<number>(wire, "max_completion_tokens") ?? present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.chat;
-  const settings = base(wire, maxTokens);
+  const settings: Omit<CompletionRequest, "prompt"> = { ...base(wire, maxTokens), ...constraintField(wire["response_format"]) };
   const logprobs = present<boolean>(wire, "logprobs") ?? false;
   const top = present<number>(wire, "top_logprobs");
   if (top !== undefined && !logprobs) throw badRequest("top_logprobs", "top_logprobs needs logprobs: true");
   if (logprobs) settings.logprobs = top ?? 0;
-  const prompt = renderChat(wire["messages"] as ChatMessage[], template);
+  const messages = wire["messages"] as ChatMessage[];
+  const toolList = (present<{ function: ToolFunction }[]>(wire, "tools") ?? []).map((tool) => tool.function);
+  const choiceWire = present<string | { function: { name: string } }>(wire, "tool_choice");
+  const choice: ToolChoice =
+    typeof choiceWire === "object" ? { name: choiceWire.function.name } : ((choiceWire as ToolChoice | undefined) ?? (toolList.length > 0 ? "auto" : "none"));
+  if (choice !== "none" && toolList.length === 0) throw badRequest("tool_choice", "needs tools");
+  if (typeof choice === "object" && !toolList.some((tool) => tool.name === choice.name)) {
+    throw badRequest("tool_choice", `names a function that is not among the tools: ${choice.name}`);
+  }
+  const callsTools = toolList.length > 0 && choice !== "none";
+  const native = toolFormatOf(template?.template);
+  const format: ToolFormat = native ?? "hermes";
+  let prompt: string;
+  if (toolList.length > 0 && native === null) {
+    // The template knows no tools: describe them in a system message (the default tool format).
+    const description = defaultToolPrompt(toolList);
+    const [first, ...rest] = messages;
+    const withTools: ChatMessage[] =
+      first && (first.role === "system" || first.role === "developer")
+        ? [{ ...first, content: `${textOf(first.content)}\n\n${description}` }, ...rest]
+        : [{ role: "system", content: description }, ...messages];
+    prompt = renderChat(callsTools ? withTools : messages, template, { inlineTools: true });
+  } else {
+    prompt = renderChat(messages, template, toolList.length > 0 ? { tools: toolList.map((fn) => ({ type: "function" as const, function: fn })) } : {});
+  }
+  const request: CompletionRequest = { ...settings, prompt, templated: true };
+  const parallel = present<boolean>(wire, "parallel_tool_calls") ?? true;
+  const constraint = callsTools ? toolConstraint(toolList, choice, format, parallel) : undefined;
+  if (constraint) request.constraint = constraint;
   return {
     model: wire["model"] as string,
-    request: { ...settings, prompt, templated: true },
+    request,
     stream: present<boolean>(wire, "stream") ?? false,
     includeUsage: (wire["stream_options"] as { include_usage?: boolean } | null | undefined)?.include_usage === true,
     logprobs,
+    ...(callsTools ? { tools: { format } } : {}),
   };
+}
+
+function textOf(content: ChatMessage["content"]): string {
+  return Array.isArray(content) ? content.map((part) => part.text ?? "").join("") : (content ?? "");
 }
 
 function badRequest(param: string, message: string): ServingError {

@@ -1,6 +1,7 @@
 /** OpenAI response bodies from engine results: completions and chat, whole and as stream chunks. */
 import { randomUUID } from "node:crypto";
 import type { Completion, CompletionChoice, CompletionChunk, TokenLogprob } from "../../../types.js";
+import { parseToolCalls, type StreamPiece, type ToolFormat } from "../tools/toolCalls.js";
 
 export interface Usage {
   prompt_tokens: number;
@@ -64,13 +65,39 @@ export function completionChoice(choice: CompletionChoice, index: number, prefix
   };
 }
 
-export function chatChoice(choice: CompletionChoice, index: number) {
+/** A chat choice; with `toolFormat`, the tool calls the text holds become `tool_calls` (finish_reason "tool_calls"). */
+export function chatChoice(choice: CompletionChoice, index: number, toolFormat?: ToolFormat) {
+  if (toolFormat) {
+    const parsed = parseToolCalls(choice.text, toolFormat);
+    if (parsed.toolCalls.length > 0) {
+      return {
+        index,
+        message: { role: "assistant", content: parsed.content, refusal: null, tool_calls: parsed.toolCalls },
+        logprobs: chatLogprobs(choice.logprobs),
+        finish_reason: choice.finishReason === "stop" ? "tool_calls" : choice.finishReason,
+      };
+    }
+  }
   return {
     index,
     message: { role: "assistant", content: choice.text, refusal: null },
     logprobs: chatLogprobs(choice.logprobs),
     finish_reason: choice.finishReason,
   };
+}
+
+/** Stream deltas of parsed pieces: content, or tool-call deltas (id, type and name first, then arguments). */
+export function chatPieceDelta(piece: StreamPiece) {
+  if (piece.kind === "content") return { content: piece.text };
+  const call: Record<string, unknown> = { index: piece.index };
+  if (piece.id !== undefined) {
+    call.id = piece.id;
+    call.type = "function";
+    call.function = { name: piece.name, arguments: piece.arguments };
+  } else {
+    call.function = { arguments: piece.arguments };
+  }
+  return { tool_calls: [call] };
 }
 
 /** One streamed chunk's choice, per route. */

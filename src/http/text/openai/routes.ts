@@ -15,9 +15,12 @@ import { MAX_BODY_BYTES } from "../../shell/schemas.js";
 import { dataEvent } from "../sse.js";
 import { chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
 import { parseChat, parseCompletion } from "./requests.js";
+import { ToolCallStreamParser } from "../tools/toolCalls.js";
 import {
   chatChoice,
   chatChunkChoice,
+  chatLogprobs,
+  chatPieceDelta,
   completionChoice,
   completionChunkChoice,
   newId,
@@ -153,6 +156,8 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
     if (parsed.stream) {
       const head = { id, object: "chat.completion.chunk", created, model: deps.modelName, system_fingerprint: null };
       const n = parsed.request.n ?? 1;
+      const toolFormat = parsed.tools?.format;
+      const parsers = toolFormat ? Array.from({ length: n }, () => new ToolCallStreamParser(toolFormat)) : undefined;
       await streamChunks(deps, res, parsed.request, parsed.includeUsage, {
         // The role comes first, then content deltas (OpenAI's order).
         opening: () =>
@@ -160,10 +165,28 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
             ...head,
             choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }],
           })),
-        chunk: (chunk) => ({ ...head, choices: [chatChunkChoice(chunk)] }),
+        chunk: (chunk) => (parsers ? toolChunks(chunk) : { ...head, choices: [chatChunkChoice(chunk)] }),
         usage: (usage) => ({ ...head, choices: [], usage }),
       });
       return;
+
+      // With tools: each choice's text through its parser; deltas of content and tool calls,
+      // and finish_reason "tool_calls" on a choice that called one.
+      function toolChunks(chunk: CompletionChunk): object[] {
+        const parser = parsers![chunk.index]!;
+        const pieces = [...parser.push(chunk.text), ...(chunk.finishReason ? parser.finish() : [])];
+        const events: object[] = pieces.map((piece, i) => ({
+          ...head,
+          choices: [{ index: chunk.index, delta: chatPieceDelta(piece), logprobs: i === 0 ? chatLogprobs(chunk.logprobs) : null, finish_reason: null }],
+        }));
+        if (chunk.finishReason) {
+          const reason = parser.toolCalls > 0 && chunk.finishReason === "stop" ? "tool_calls" : chunk.finishReason;
+          events.push({ ...head, choices: [{ index: chunk.index, delta: {}, logprobs: null, finish_reason: reason }] });
+        } else if (events.length === 0 && chunk.logprobs?.length) {
+          events.push({ ...head, choices: [{ index: chunk.index, delta: {}, logprobs: chatLogprobs(chunk.logprobs), finish_reason: null }] });
+        }
+        return events;
+      }
     }
     const completions = await completeAll(deps.generation, res, [parsed.request]);
     if (!completions) return;
@@ -174,7 +197,7 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
       created,
       model: deps.modelName,
       system_fingerprint: null,
-      choices: completion.choices.map((choice, index) => chatChoice(choice, index)),
+      choices: completion.choices.map((choice, index) => chatChoice(choice, index, parsed.tools?.format)),
       ...(deps.generation.engine.countsTokens ? { usage: totalUsage(completions) } : {}),
     });
   };
@@ -210,7 +233,8 @@ function openingEcho(n: number, prompt: string) {
 interface ChunkFormat {
   /** Events sent when the stream opens (chat: each choice's role). */
   opening(): object[];
-  chunk(chunk: CompletionChunk): object;
+  /** One chunk, or several (tool-call deltas), or none. */
+  chunk(chunk: CompletionChunk): object | object[];
   usage(usage: ReturnType<typeof usageOf>): object;
 }
 
@@ -229,8 +253,12 @@ async function streamChunks(
   const countsTokens = deps.generation.engine.countsTokens;
   await streamCompletion(deps.generation, res, request, {
     opening: () => format.opening().map(dataEvent),
-    chunk: (chunk) =>
-      chunk.text || chunk.finishReason || chunk.logprobs?.length ? dataEvent(format.chunk(chunk)) : undefined,
+    chunk: (chunk) => {
+      if (!(chunk.text || chunk.finishReason || chunk.logprobs?.length)) return undefined;
+      const out = format.chunk(chunk);
+      if (!Array.isArray(out)) return dataEvent(out);
+      return out.length > 0 ? out.map(dataEvent).join("") : undefined;
+    },
     closing: ({ promptTokens, completionTokens }) =>
       includeUsage && countsTokens ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens)))] : [],
     failure: (err) => dataEvent(openAiErrorBody(err).body),

@@ -4,6 +4,7 @@
  * (samplingProperties) and its extensions (top_k, min_p, repetition_penalty, as vLLM
  * accepts them). Unknown fields are ignored, as on the spec's routes.
  */
+import { responseFormatSchema } from "../responseFormat.js";
 import { MAX_NEW_TOKENS_MAX, samplingProperties } from "../schemas.js";
 
 /** Most choices one request may ask for (prompts x n). */
@@ -27,6 +28,7 @@ const common = {
     properties: { include_usage: { type: "boolean" } },
   }),
   user: { type: "string", description: "Accepted and ignored (not logged)." },
+  response_format: responseFormatSchema,
   ...samplingProperties,
 } as const;
 
@@ -58,6 +60,34 @@ const contentPart = {
   properties: { type: { const: "text" }, text: { type: "string" } },
 } as const;
 
+const toolSchema = {
+  type: "object",
+  required: ["type", "function"],
+  properties: {
+    type: { const: "function" },
+    function: {
+      type: "object",
+      required: ["name"],
+      properties: {
+        name: { type: "string", minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9_.-]+$" },
+        description: { type: "string" },
+        parameters: { type: "object" },
+        strict: nullable({ type: "boolean" }),
+      },
+    },
+  },
+} as const;
+
+const toolCallSchema = {
+  type: "object",
+  required: ["function"],
+  properties: {
+    id: { type: "string" },
+    type: { const: "function" },
+    function: { type: "object", required: ["name", "arguments"], properties: { name: { type: "string" }, arguments: { type: "string" } } },
+  },
+} as const;
+
 export const chatCompletionRequestSchema = {
   title: "ChatCompletionRequest",
   type: "object",
@@ -74,9 +104,19 @@ export const chatCompletionRequestSchema = {
           role: { enum: ["system", "developer", "user", "assistant", "tool"] },
           content: { anyOf: [{ type: "string" }, { type: "array", items: contentPart }, { type: "null" }] },
           name: { type: "string" },
+          tool_calls: nullable({ type: "array", items: toolCallSchema }),
+          tool_call_id: { type: "string" },
         },
       },
     },
+    tools: nullable({ type: "array", items: toolSchema }),
+    tool_choice: nullable({
+      anyOf: [
+        { enum: ["none", "auto", "required"] },
+        { type: "object", required: ["type", "function"], properties: { type: { const: "function" }, function: { type: "object", required: ["name"], properties: { name: { type: "string" } } } } },
+      ],
+    }),
+    parallel_tool_calls: nullable({ type: "boolean" }),
     max_completion_tokens: nullable({ type: "integer", minimum: 1, maximum: MAX_NEW_TOKENS_MAX }),
     logprobs: nullable({ type: "boolean" }),
     top_logprobs: nullable({ type: "integer", minimum: 0, maximum: MAX_TOP_LOGPROBS }),

@@ -1,0 +1,169 @@
+/**
+ * Grammar compilation for constrained decoding, on XGrammar (the engine vLLM, SGLang and
+ * TensorRT-LLM use; here its WebAssembly build). One ConstraintCompiler per model holds the
+ * vocabulary's TokenizerInfo (built once) and the compiled grammars, cached by constraint;
+ * each constrained choice gets its own RowMatcher, which turns the tokens sampled so far into
+ * the bitmask of the tokens allowed next.
+ *
+ * JSON Schemas and "any JSON object" compile to the compact form (no free whitespace, one
+ * line: `{"a": 1, "b": [true]}`): a model that does not know JSON could otherwise spend its
+ * tokens on whitespace, and the compact form is what clients parse anyway.
+ */
+import { Ajv2020 } from "ajv/dist/2020.js";
+
+import type { GenerationConstraint } from "../../types.js";
+import type { Vocabulary } from "./vocabulary.js";
+import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
+
+import type { CompiledGrammar, GrammarCompiler, GrammarMatcher } from "@mlc-ai/web-xgrammar";
+
+/** A constraint that cannot be compiled: the client's mistake, with the reason. */
+export class ConstraintError extends Error {}
+
+/** Most compiled grammars kept per model (least recently used go first). */
+const CACHE_SIZE = 256;
+
+const metaValidator = new Ajv2020({ strict: false, validateSchema: true, allErrors: false });
+
+export class ConstraintCompiler {
+  private readonly cache = new Map<string, Promise<CompiledGrammar>>();
+
+  private constructor(
+    private readonly compiler: GrammarCompiler,
+    readonly vocabulary: Vocabulary,
+  ) {}
+
+  static async create(vocabulary: Vocabulary): Promise<ConstraintCompiler> {
+    const xg = xgrammar();
+    const info = await xg.TokenizerInfo.createTokenizerInfo(vocabulary.tokens, vocabulary.type, false, vocabulary.size, vocabulary.stopTokenIds);
+    const compiler = await xg.GrammarCompiler.createGrammarCompiler(info, true);
+    return new ConstraintCompiler(compiler, vocabulary);
+  }
+
+  /** The constraint's grammar, compiled once; rejects with a ConstraintError naming the problem. */
+  compile(constraint: GenerationConstraint): Promise<CompiledGrammar> {
+    const key = JSON.stringify(constraint);
+    let compiled = this.cache.get(key);
+    if (compiled) {
+      this.cache.delete(key);
+      this.cache.set(key, compiled);
+      return compiled;
+    }
+    compiled = this.compileNow(constraint);
+    this.cache.set(key, compiled);
+    compiled.catch(() => this.cache.delete(key));
+    while (this.cache.size > CACHE_SIZE) {
+      const oldest = this.cache.keys().next().value as string;
+      void this.cache.get(oldest)?.then((grammar) => grammar.dispose(), () => {});
+      this.cache.delete(oldest);
+    }
+    return compiled;
+  }
+
+  private async compileNow(constraint: GenerationConstraint): Promise<CompiledGrammar> {
+    if (constraint.type === "json_schema" || constraint.type === "tagged_json") checkSchema(constraint.schema);
+    try {
+      return await withXGrammarErrors(() => {
+        switch (constraint.type) {
+          case "json_object":
+            return this.compiler.compileJSONSchema(JSON.stringify({ type: "object" }), false, -1, [", ", ": "], false);
+          case "json_schema":
+            return this.compiler.compileJSONSchema(JSON.stringify(constraint.schema), false, -1, [", ", ": "], constraint.strict !== false);
+          case "regex":
+            return this.compiler.compileStructuralTag({ type: "structural_tag", format: { type: "regex", pattern: constraint.pattern } });
+          case "grammar":
+            return this.compiler.compileGrammar(constraint.grammar);
+          case "tagged_json":
+            return taggedJsonGrammar(constraint).then((ebnf) => this.compiler.compileGrammar(ebnf));
+          default:
+            throw new Error(`unknown constraint type ${JSON.stringify((constraint as { type?: unknown }).type)}`);
+        }
+      });
+    } catch (err) {
+      throw new ConstraintError(`${describe(constraint)} cannot be compiled: ${(err as Error).message}`);
+    }
+  }
+
+  /** A fresh matcher for one choice. */
+  async matcher(constraint: GenerationConstraint): Promise<RowMatcher> {
+    const grammar = await this.compile(constraint);
+    const matcher = await xgrammar().GrammarMatcher.createGrammarMatcher(grammar, this.vocabulary.stopTokenIds);
+    return new RowMatcher(matcher, this.vocabulary.stopTokenIds);
+  }
+}
+
+/** One choice's grammar state. */
+export class RowMatcher {
+  private disposed = false;
+
+  constructor(
+    private readonly matcher: GrammarMatcher,
+    private readonly stopTokenIds: readonly number[],
+  ) {}
+
+  /**
+   * The tokens allowed next; `complete` when the grammar is complete and allows nothing but an
+   * end (the choice ends there, whether or not the model has an end-of-sequence token).
+   */
+  async next(): Promise<{ mask: Int32Array; complete: boolean }> {
+    const mask = await this.matcher.getNextTokenBitmask();
+    const probe = mask.slice();
+    for (const id of this.stopTokenIds) probe[id >> 5] = (probe[id >> 5] ?? 0) & ~(1 << (id & 31));
+    return { mask, complete: !probe.some((word: number) => word !== 0) };
+  }
+
+  /** Advances by a sampled token; false when the grammar does not accept it. */
+  accept(token: number): boolean {
+    return this.matcher.acceptToken(token);
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.matcher.dispose();
+  }
+}
+
+function describe(constraint: GenerationConstraint): string {
+  switch (constraint.type) {
+    case "json_object":
+      return "the JSON object grammar";
+    case "json_schema":
+      return "the JSON Schema";
+    case "regex":
+      return "the regular expression";
+    case "grammar":
+      return "the grammar";
+    case "tagged_json":
+      return "the tool-call format";
+    default:
+      return "the constraint";
+  }
+}
+
+/** A JSON Schema that is not one (by the 2020-12 meta-schema) is refused with ajv's reason. */
+function checkSchema(schema: unknown): void {
+  if (typeof schema === "boolean") return;
+  if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
+    throw new ConstraintError("the JSON Schema must be an object");
+  }
+  const copy = { ...(schema as Record<string, unknown>) };
+  delete copy.$schema; // draft-07 schemas are read as 2020-12: the keywords used here agree
+  if (!metaValidator.validateSchema(copy)) {
+    const first = metaValidator.errors?.[0];
+    throw new ConstraintError(`the JSON Schema is invalid: ${first ? `${first.instancePath || "/"} ${first.message}` : "rejected"}`);
+  }
+}
+
+/**
+ * EBNF of a tagged_json constraint: XGrammar's own EBNF of the schema (compact form), its
+ * `root` renamed, inside the tags.
+ */
+async function taggedJsonGrammar(constraint: Extract<GenerationConstraint, { type: "tagged_json" }>): Promise<string> {
+  const schema = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(constraint.schema), false, -1, [", ", ": "], true);
+  const body = schema.replace(/\broot\b/g, "tagged_json_body");
+  const literal = (text: string) => (text === "" ? "" : `${JSON.stringify(text)} `);
+  const one = `${literal(constraint.begin)}tagged_json_body ${literal(constraint.end)}`.trim();
+  const root = constraint.repeat ? `root ::= tagged_json_one (${literal(constraint.separator ?? "")}tagged_json_one)*` : "root ::= tagged_json_one";
+  return `${root}\ntagged_json_one ::= ${one}\n${body}`;
+}
