@@ -150,9 +150,13 @@ describe("OpenAI Responses API (hand-written engines)", function () {
     const cases: [object, string][] = [
       [{ frobnicate: 1 }, "frobnicate"],
       [{ n: 2 }, "n"],
-      [{ tools: [{ type: "function", name: "f", parameters: {} }] }, "tools"],
-      [{ tool_choice: "required" }, "tool_choice"],
-      [{ text: { format: { type: "json_object" } } }, "text.format"],
+      [{ tools: [{ type: "web_search" }] }, "tools.0.type"],
+      [{ tools: [{ type: "function", name: "no spaces" }] }, "tools.0.name"],
+      [{ tools: [{ type: "function", name: "f" }], tool_choice: { type: "function", name: "g" } }, "tool_choice"],
+      [{ tool_choice: { type: "file_search" } }, "tool_choice"],
+      [{ tool_choice: "required" }, "tool_choice"], // no tools to call
+      [{ text: { format: { type: "json_schema", name: "x" } } }, "text.format.schema"],
+      [{ text: { verbosity: "high" } }, "text.verbosity"],
       [{ include: ["message.output_text.logprobs"] }, "include"],
       [{ reasoning: { effort: "high" } }, "reasoning"],
       [{ background: true }, "background"],
@@ -182,6 +186,58 @@ describe("OpenAI Responses API (hand-written engines)", function () {
     expect(model.status).to.equal(404);
     expect(((await model.json()) as ErrorBody).error).to.include({ code: "model_not_found", param: "model" });
     expect(engine.calls.all).to.have.length(1);
+  });
+
+  it("tools: calls in the model's text become function_call items, whole and streamed; their outputs continue the conversation", async () => {
+    const call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+    const pieces = ["Let me look. ", "<tool_", "call>\n{\"name\": \"weather\", ", "\"arguments\": {\"city\": ", "\"Paris\"}}\n</tool_call>"];
+    expect(pieces.join("")).to.equal(`Let me look. ${call}`);
+    const engine = new StreamEngine(async function* () {
+      yield* pieces;
+    });
+    const prompts: string[] = [];
+    engine.generateBatch = (requests) => {
+      prompts.push(...requests.map((request) => request.prompt));
+      return Promise.resolve(requests.map(() => call));
+    };
+    const running = await start(createApp(engine, { modelName: "m", maxWaitMs: 1 }));
+    const tools = [{ type: "function" as const, name: "weather", description: "The weather in a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] }, strict: true }];
+    const client = new OpenAI({ baseURL: `${running.base}/v1`, apiKey: "unused", maxRetries: 0 });
+    const whole = await client.responses.create({ model: "m", input: "Weather in Paris?", tools });
+    expect(whole.output).to.have.length(1);
+    expect(whole.output[0]).to.deep.include({ type: "function_call", name: "weather", arguments: '{"city":"Paris"}' });
+    const callId = (whole.output[0] as OpenAI.Responses.ResponseFunctionToolCall).call_id;
+    expect(callId).to.match(/^call_/);
+    expect(whole.tools).to.deep.equal(tools);
+    expect(whole.tool_choice).to.equal("auto");
+    // The demo's template knows no tools: they are described in a system message (the chat route's default format).
+    expect(prompts[0]).to.match(/^system: You may call one or more functions[\s\S]*"name":"weather"[\s\S]*\nuser: Weather in Paris\?\nassistant:$/);
+
+    const stream = client.responses.stream({ model: "m", input: "Weather in Paris?", tools });
+    const types: string[] = [];
+    let argumentDeltas = "";
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === "response.function_call_arguments.delta") argumentDeltas += event.delta;
+    }
+    const final = await stream.finalResponse();
+    expect(types).to.deep.equal([
+      "response.created", "response.in_progress",
+      "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+      "response.output_text.done", "response.content_part.done", "response.output_item.done",
+      "response.output_item.added", ...types.filter((type) => type === "response.function_call_arguments.delta"),
+      "response.function_call_arguments.done", "response.output_item.done", "response.incomplete",
+    ]);
+    expect(types.filter((type) => type === "response.function_call_arguments.delta").length).to.be.greaterThan(0);
+    // Streamed arguments are the model's text as written.
+    expect(JSON.parse(argumentDeltas)).to.deep.equal({ city: "Paris" });
+    expect(final.output.map((item) => item.type)).to.deep.equal(["message", "function_call"]);
+    expect(final.output_text).to.equal("Let me look. ");
+    expect(final.output[1]).to.deep.include({ name: "weather", arguments: argumentDeltas });
+
+    // The result goes back as a function_call_output, after the stored call (previous_response_id).
+    await client.responses.create({ model: "m", previous_response_id: whole.id, input: [{ type: "function_call_output", call_id: callId, output: "sunny" }], tools });
+    expect(prompts[1]).to.match(/user: Weather in Paris\?\nassistant: <tool_call>\n\{"name":"weather","arguments":\{"city":"Paris"\}\}\n<\/tool_call>\ntool: <tool_response>\nsunny\n<\/tool_response>\nassistant:$/);
   });
 
   it("streams the Responses events in order, as the official client accumulates them; no [DONE]", async () => {

@@ -1,6 +1,7 @@
 /** Responses API objects from engine results: the response, its output items and usage. */
 import { randomBytes } from "node:crypto";
 import type { FinishReason } from "../../../types.js";
+import { parseToolCalls, type ToolFormat } from "../tools/toolCalls.js";
 import type { ConversationMessage, RequestEcho } from "./requests.js";
 
 export type ResponseStatus = "in_progress" | "completed" | "incomplete";
@@ -60,6 +61,22 @@ export function messageItem(id: string, text: string | undefined, status: Respon
   return { id, type: "message", status, role: "assistant", content: text === undefined ? [] : [outputText(text)] };
 }
 
+/**
+ * The output items of a choice's text: with tools (`toolFormat`), the calls it holds as
+ * function_call items after the message of the text around them (none when there is none).
+ */
+export function outputItems(text: string, status: ResponseStatus, toolFormat: ToolFormat | undefined): OutputItem[] {
+  if (!toolFormat) return [messageItem(newItemId("msg"), text, status)];
+  const parsed = parseToolCalls(text, toolFormat);
+  if (parsed.toolCalls.length === 0) return [messageItem(newItemId("msg"), text, status)];
+  return [
+    ...(parsed.content ? [messageItem(newItemId("msg"), parsed.content, "completed")] : []),
+    ...parsed.toolCalls.map((call): FunctionCallItem => ({
+      id: newItemId("fc"), type: "function_call", status, call_id: call.id, name: call.function.name, arguments: call.function.arguments,
+    })),
+  ];
+}
+
 /** A cut by the token limit is OpenAI's "incomplete" with reason max_output_tokens. */
 export const statusOf = (finish: FinishReason | undefined): ResponseStatus => (finish === "length" ? "incomplete" : "completed");
 
@@ -92,9 +109,9 @@ export function responseObject(head: ResponseHead, status: ResponseStatus, outpu
     service_tier: "default",
     store: head.echo.store,
     temperature: head.echo.temperature,
-    text: { format: { type: "text" }, verbosity: "medium" },
-    tool_choice: "auto",
-    tools: [],
+    text: head.echo.text,
+    tool_choice: head.echo.tool_choice,
+    tools: head.echo.tools,
     top_logprobs: 0,
     top_p: head.echo.top_p,
     truncation: "disabled",

@@ -11,6 +11,7 @@ import type { ChatTemplate, CompletionRequest } from "../../../types.js";
 import { check, compile, type ValidationIssue } from "../../shell/validation.js";
 import type { ChatMessage } from "../openai/chat.js";
 import { parseChat } from "../openai/requests.js";
+import type { ToolFormat } from "../tools/toolCalls.js";
 import { inputItemSchemas, responseRequestSchema } from "./schemas.js";
 
 type Wire = Record<string, unknown>;
@@ -37,9 +38,25 @@ export interface ParsedResponseRequest {
   store: boolean;
   /** Request fields the response object repeats. */
   echo: RequestEcho;
+  /** Present when the model may call tools: the format its output is parsed in (the chat route's). */
+  toolFormat?: ToolFormat;
 }
 
+/** A function tool in the Responses API's flat form. */
+interface ResponseTool {
+  type: "function";
+  name: string;
+  description?: string | null;
+  parameters?: Record<string, unknown> | null;
+  strict?: boolean | null;
+}
+
+type ResponseToolChoice = "none" | "auto" | "required" | { type: "function"; name: string };
+
 export interface RequestEcho {
+  tools: { type: "function"; name: string; description: string | null; parameters: Record<string, unknown> | null; strict: boolean }[];
+  tool_choice: ResponseToolChoice;
+  text: { format: object; verbosity: "medium" };
   instructions: string | null;
   max_output_tokens: number | null;
   temperature: number | null;
@@ -56,9 +73,7 @@ export interface RequestEcho {
  * that silently differs from what was asked.
  */
 const UNSUPPORTED: Record<string, [used: (value: unknown) => boolean, why: string]> = {
-  tools: [(v) => !Array.isArray(v) || v.length > 0, "tools are not supported yet"],
-  tool_choice: [(v) => v !== "none" && v !== "auto", "tool_choice is not supported yet"],
-  text: [(v) => !isTextFormat(v), "only text.format {type: \"text\"} is supported yet"],
+  text: [(v) => (v as { verbosity?: unknown }).verbosity !== undefined && (v as { verbosity?: unknown }).verbosity !== null && (v as { verbosity?: unknown }).verbosity !== "medium", "only text.verbosity \"medium\""],
   background: [(v) => v !== false, "background responses are not supported"],
   conversation: [() => true, "conversations are not supported; use previous_response_id"],
   prompt: [() => true, "prompt templates are not supported"],
@@ -76,10 +91,23 @@ const IGNORED = ["stream_options", "prompt_cache_key", "prompt_cache_retention",
 
 const KNOWN_FIELDS = new Set([...Object.keys(responseRequestSchema.properties), ...Object.keys(UNSUPPORTED), ...IGNORED]);
 
-function isTextFormat(value: unknown): boolean {
-  if (typeof value !== "object" || value === null) return false;
-  const { format, verbosity, ...rest } = value as { format?: { type?: unknown } | null; verbosity?: unknown };
-  return Object.keys(rest).length === 0 && (format === undefined || format === null || format.type === "text") && (verbosity ?? "medium") === "medium";
+/** OpenAI's built-in tools (web search, file search, ...) run on OpenAI's side: there is nothing here to run them. */
+function refuseHostedTools(body: Wire | null): void {
+  if (typeof body !== "object" || body === null) return;
+  const tools = body["tools"];
+  if (Array.isArray(tools)) {
+    tools.forEach((tool: unknown, index) => {
+      const type = (tool as { type?: unknown } | null)?.type;
+      if (typeof type === "string" && type !== "function") {
+        throw badRequest(["tools", index, "type"], `\`${type}\` tools are not supported: only function tools`, "unsupported_parameter");
+      }
+    });
+  }
+  const choice = body["tool_choice"];
+  const type = typeof choice === "object" && choice !== null ? (choice as { type?: unknown }).type : undefined;
+  if (typeof type === "string" && type !== "function") {
+    throw badRequest(["tool_choice"], `tool_choice of type \`${type}\` is not supported: "none", "auto", "required" or a function`, "unsupported_parameter");
+  }
 }
 
 function present<T>(wire: Wire, name: string): T | undefined {
@@ -97,10 +125,11 @@ export function checkResponseRequest(body: unknown): Wire {
       if (!KNOWN_FIELDS.has(name)) throw badRequest([name], `unknown parameter \`${name}\``, "unknown_parameter");
     }
   }
+  refuseHostedTools(body as Wire);
   const wire = check<Wire>(validateRequest, body, "body");
   for (const [name, [used, why]] of Object.entries(UNSUPPORTED)) {
     const value = wire[name];
-    if (value !== undefined && value !== null && used(value)) throw badRequest(name === "text" ? ["text", "format"] : [name], why, "unsupported_parameter");
+    if (value !== undefined && value !== null && used(value)) throw badRequest(name === "text" ? ["text", "verbosity"] : [name], why, "unsupported_parameter");
   }
   return wire;
 }
@@ -124,6 +153,8 @@ export function parseResponseRequest(
     temperature: wire["temperature"],
     top_k: wire["top_k"],
     stream: wire["stream"],
+    parallel_tool_calls: wire["parallel_tool_calls"],
+    ...chatTools(wire),
   };
   for (const name of ["seed", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop"]) chat[name] = wire[name];
   let parsed;
@@ -133,13 +164,18 @@ export function parseResponseRequest(
     throw renamed(err);
   }
   const store = present<boolean>(wire, "store") ?? true;
+  const tools = present<ResponseTool[]>(wire, "tools") ?? [];
   return {
     model: parsed.model,
     conversation,
     request: parsed.request,
     stream: parsed.stream,
     store,
+    ...(parsed.tools ? { toolFormat: parsed.tools.format } : {}),
     echo: {
+      tools: tools.map((tool) => ({ type: "function", name: tool.name, description: tool.description ?? null, parameters: tool.parameters ?? null, strict: tool.strict ?? true })),
+      tool_choice: present<ResponseToolChoice>(wire, "tool_choice") ?? (tools.length > 0 ? "auto" : "none"),
+      text: { format: present<{ format?: object | null }>(wire, "text")?.format ?? { type: "text" }, verbosity: "medium" },
       instructions,
       max_output_tokens: present<number>(wire, "max_output_tokens") ?? null,
       temperature: present<number>(wire, "temperature") ?? null,
@@ -150,6 +186,37 @@ export function parseResponseRequest(
       store,
     },
   };
+}
+
+/** tools, tool_choice and text.format in the chat route's form (its `tools` wrap each function; `response_format` wraps the schema). */
+function chatTools(wire: Wire): Wire {
+  const chat: Wire = {};
+  const tools = present<ResponseTool[]>(wire, "tools");
+  if (tools) {
+    chat["tools"] = tools.map((tool) => ({
+      type: "function",
+      function: {
+        name: tool.name,
+        ...(typeof tool.description === "string" ? { description: tool.description } : {}),
+        ...(tool.parameters ? { parameters: tool.parameters } : {}),
+        ...(typeof tool.strict === "boolean" ? { strict: tool.strict } : {}),
+      },
+    }));
+  }
+  const choice = present<ResponseToolChoice>(wire, "tool_choice");
+  // "auto" and "none" without tools mean what no tool_choice means (the chat route refuses a choice without tools).
+  const offWithoutTools = (choice === "auto" || choice === "none") && !tools?.length;
+  if (choice !== undefined && !offWithoutTools) chat["tool_choice"] = typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
+  const format = present<{ format?: { type: string; name?: string; description?: string; schema?: unknown; strict?: boolean | null } | null }>(wire, "text")?.format;
+  if (format?.type === "json_object") chat["response_format"] = { type: "json_object" };
+  if (format?.type === "json_schema") {
+    const { name, description, schema, strict } = format;
+    chat["response_format"] = {
+      type: "json_schema",
+      json_schema: { ...(name !== undefined ? { name } : {}), ...(description !== undefined ? { description } : {}), ...(schema !== undefined ? { schema } : {}), ...(strict !== undefined ? { strict } : {}) },
+    };
+  }
+  return chat;
 }
 
 /** The input items as chat messages; a function_call_output must answer a call made before it. */
@@ -218,17 +285,31 @@ const RESPONSES_NAMES: Record<string, (string | number)[]> = {
   max_tokens: ["max_output_tokens"],
   response_format: ["text", "format"],
   messages: ["input"],
+  tools: ["tools"],
+  tool_choice: ["tool_choice"],
 };
+
+/** Chat's wrappers the Responses form does not have: tools.N.function.x -> tools.N.x, response_format.json_schema.x -> text.format.x. */
+function unwrapped(field: string, rest: (string | number)[]): (string | number)[] {
+  if (field === "messages") return []; // a message index no longer matches an input index: the input as a whole
+  if (field === "tools" && rest[1] === "function") return [rest[0]!, ...rest.slice(2)];
+  if (field === "tool_choice" && rest[0] === "function") return rest.slice(1);
+  if (field === "response_format" && rest[0] === "json_schema") return rest.slice(1);
+  return rest;
+}
 
 function renamed(err: unknown): unknown {
   if (!(err instanceof ServingError) || err.code !== "ERR_VALIDATION") return err;
   const issues = ((err.detail ?? []) as ValidationIssue[]).map((issue) => {
     const [where, field, ...rest] = issue.loc;
     const name = typeof field === "string" ? RESPONSES_NAMES[field] : undefined;
-    // A message index no longer matches an input index: name the input as a whole.
-    return name ? { ...issue, loc: [where!, ...name, ...(field === "messages" ? [] : rest)] } : issue;
+    return name ? { ...issue, loc: [where!, ...name, ...unwrapped(field as string, rest)] } : issue;
   });
-  const message = err.message.replace(/\bmax_tokens\b/g, "max_output_tokens").replace(/\bresponse_format\b/g, "text.format");
+  const message = err.message
+    .replace(/\bmax_tokens\b/g, "max_output_tokens")
+    .replace(/\bresponse_format(\.json_schema)?\b/g, "text.format")
+    .replace(/\btools\.(\d+)\.function\b/g, "tools.$1")
+    .replace(/\btool_choice\.function\b/g, "tool_choice");
   return new ServingError("ERR_VALIDATION", message, { detail: issues });
 }
 

@@ -13,11 +13,12 @@ import { MAX_BODY_BYTES } from "../../shell/schemas.js";
 import { completeAll, streamCompletion } from "../generation.js";
 import { OPENAI_ERRORS, openAiError } from "../openai/errors.js";
 import { checkModel, type OpenAiDeps } from "../openai/routes.js";
+import { ToolCallStreamParser, type StreamPiece } from "../tools/toolCalls.js";
+import { OutputEvents } from "./events.js";
 import {
-  messageItem,
   newItemId,
+  outputItems,
   outputMessages,
-  outputText,
   responseObject,
   statusOf,
   usageOf,
@@ -126,7 +127,7 @@ function createHandler(deps: ResponsesDeps): RequestHandler {
     const completion = completions[0]!;
     const choice = completion.choices[0]!;
     const status = statusOf(choice.finishReason);
-    const output = [messageItem(newItemId("msg"), choice.text, status)];
+    const output = outputItems(choice.text, status, parsed.toolFormat);
     const usage = deps.generation.engine.countsTokens
       ? usageOf({ promptTokens: completion.promptTokens, completionTokens: choice.completionTokens, cachedPromptTokens: completion.cachedPromptTokens })
       : null;
@@ -145,59 +146,50 @@ function keep(deps: ResponsesDeps, parsed: ParsedResponseRequest, response: Stor
 
 /**
  * The Responses event sequence over the app's one stream loop: response.created and
- * response.in_progress when the stream opens; the message item and its text part when the
- * first text arrives, then output_text deltas; at the end the done events of the text, part
- * and item, and response.completed (response.incomplete when cut by the token limit) with
- * usage. Every event carries its type and a sequence_number. No [DONE]: the Responses API
- * ends with its terminal event.
+ * response.in_progress when the stream opens; then the output items as the text comes
+ * (events.ts: a message's text deltas; with tools, each call parsed from the text as it is
+ * written, its arguments in deltas); at the end the open item's done events and
+ * response.completed (response.incomplete when cut by the token limit) with usage. No
+ * [DONE]: the Responses API ends with its terminal event.
  */
 async function streamResponse(deps: ResponsesDeps, res: Response, parsed: ParsedResponseRequest, head: ResponseHead): Promise<void> {
-  let sequence = 0;
-  const event = (type: string, body: object): string =>
-    `event: ${type}\ndata: ${JSON.stringify({ type, ...body, sequence_number: sequence++ })}\n\n`;
-  const itemId = newItemId("msg");
-  const at = { item_id: itemId, output_index: 0, content_index: 0 };
-  let text = "";
-  let opened = false;
+  const out = new OutputEvents();
+  const parser = parsed.toolFormat ? new ToolCallStreamParser(parsed.toolFormat) : undefined;
   let finish: FinishReason | undefined;
   let cachedPromptTokens: number | undefined;
-  const openMessage = (): string => {
-    if (opened) return "";
-    opened = true;
-    return (
-      event("response.output_item.added", { output_index: 0, item: messageItem(itemId, undefined, "in_progress") }) +
-      event("response.content_part.added", { ...at, part: outputText("") })
-    );
-  };
+  const written = (pieces: readonly StreamPiece[]): string =>
+    pieces
+      .map((piece) => {
+        if (piece.kind === "content") return out.text(piece.text);
+        return (piece.id !== undefined ? out.call(piece.id, piece.name ?? "") : "") + out.arguments(piece.arguments);
+      })
+      .join("");
   await streamCompletion(deps.generation, res, parsed.request, {
     opening: () => {
       const response = responseObject(head, "in_progress", [], null);
-      return [event("response.created", { response }), event("response.in_progress", { response })];
+      return [out.event("response.created", { response }), out.event("response.in_progress", { response })];
     },
     chunk: (chunk: CompletionChunk) => {
       if (chunk.finishReason) finish = chunk.finishReason;
       if (chunk.cachedPromptTokens !== undefined) cachedPromptTokens = chunk.cachedPromptTokens;
-      if (!chunk.text) return undefined;
-      text += chunk.text;
-      return openMessage() + event("response.output_text.delta", { ...at, delta: chunk.text, logprobs: [] });
+      const events = parser
+        ? written([...parser.push(chunk.text), ...(chunk.finishReason ? parser.finish() : [])])
+        : chunk.text
+          ? out.text(chunk.text)
+          : "";
+      return events || undefined;
     },
     closing: ({ promptTokens, completionTokens }) => {
       const status = statusOf(finish);
-      const item = messageItem(itemId, text, status);
+      const events = out.finish(status);
       const usage = deps.generation.engine.countsTokens ? usageOf({ promptTokens, completionTokens, cachedPromptTokens }) : null;
-      const response = responseObject(head, status, [item], usage);
-      keep(deps, parsed, response, [item]);
-      return [
-        openMessage() +
-          event("response.output_text.done", { ...at, text, logprobs: [] }) +
-          event("response.content_part.done", { ...at, part: outputText(text) }) +
-          event("response.output_item.done", { output_index: 0, item }) +
-          event(status === "incomplete" ? "response.incomplete" : "response.completed", { response }),
-      ];
+      const response = responseObject(head, status, out.items, usage);
+      keep(deps, parsed, response, out.items);
+      return [events + out.event(status === "incomplete" ? "response.incomplete" : "response.completed", { response })];
     },
     failure: (err) => {
       const { error } = openAiError(err).body;
-      return event("error", { code: error.code, message: error.message, param: error.param });
+      return out.event("error", { code: error.code, message: error.message, param: error.param });
     },
     done: "",
   });

@@ -87,7 +87,47 @@ export const responseRequestSchema = {
     previous_response_id: nullable({ type: "string", minLength: 1, description: "Continue a stored response's conversation." }),
     metadata: nullable({ type: "object", maxProperties: 16, additionalProperties: { type: "string", maxLength: 512 } }),
     user: { type: "string", description: "Accepted and ignored (not logged)." },
-    parallel_tool_calls: nullable({ type: "boolean" }),
+    parallel_tool_calls: nullable({ type: "boolean", description: "false: at most one call per response. Default true." }),
+    tools: nullable({
+      type: "array",
+      items: {
+        type: "object",
+        required: ["type", "name"],
+        properties: {
+          type: { const: "function" },
+          name: { type: "string", minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9_.-]+$" },
+          description: nullable({ type: "string" }),
+          parameters: nullable({ type: "object" }),
+          strict: nullable({ type: "boolean" }),
+        },
+      },
+      description: "Function tools (Responses' flat form); calls are parsed from the model's output in its template's format.",
+    }),
+    tool_choice: nullable({
+      anyOf: [
+        { enum: ["none", "auto", "required"] },
+        { type: "object", required: ["type", "name"], properties: { type: { const: "function" }, name: { type: "string" } } },
+      ],
+      description: "\"required\" or a named function is enforced token by token (constrained decoding).",
+    }),
+    text: nullable({
+      type: "object",
+      properties: {
+        format: nullable({
+          type: "object",
+          required: ["type"],
+          properties: {
+            type: { enum: ["text", "json_object", "json_schema"] },
+            name: { type: "string" },
+            description: { type: "string" },
+            schema: { type: ["object", "boolean"] },
+            strict: nullable({ type: "boolean" }),
+          },
+        }),
+        verbosity: nullable({ enum: ["low", "medium", "high"] }),
+      },
+      description: "`format`: json_object or json_schema output, enforced token by token.",
+    }),
     ...samplingProperties,
   },
 } as const;
