@@ -6,10 +6,11 @@
  * checkpoint with its own chat template.
  */
 import { createOpenAI } from "@ai-sdk/openai";
-import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from "@openai/agents";
-import { generateText, streamText } from "ai";
+import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled, tool as agentTool } from "@openai/agents";
+import { generateText, Output, stepCountIs, streamText, tool } from "ai";
 import { expect } from "chai";
 import OpenAI, { APIError } from "openai";
+import { z } from "zod";
 
 import { exportHfFixtures, type HfCheckpoints } from "../helpers/hfModels.js";
 import { ServerProcess } from "./serverProcess.js";
@@ -150,6 +151,115 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       for await (const piece of streamed.toTextStream()) text += piece;
       await streamed.completed;
       expect(text).to.equal(direct.output_text);
+    });
+  });
+
+  describe("the demo model with tools and structured output (constrained decoding)", () => {
+    let server: ServerProcess;
+    let base: string;
+    let client: OpenAI;
+    const weather = z.object({ city: z.string().max(16) });
+    const weatherTool = {
+      type: "function" as const, name: "weather", description: "The weather in a city", strict: true,
+      parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
+    };
+
+    before(async () => {
+      server = new ServerProcess({ LOG_LEVEL: "info" });
+      base = (await server.ready()).text;
+      client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+    });
+    after(async () => {
+      const exit = await server?.stop();
+      expect(exit?.code, server?.transcript()).to.equal(0);
+    });
+
+    it("openai: tool_choice required gives a function_call whose arguments validate, whole and streamed; text.format json_schema", async () => {
+      const request = { model: MODEL, input: "Weather in Paris?", tools: [weatherTool], tool_choice: "required" as const, max_output_tokens: 200, temperature: 0 };
+      const whole = await client.responses.create(request);
+      expect(whole.status).to.equal("completed");
+      const calls = whole.output.filter((item): item is OpenAI.Responses.ResponseFunctionToolCall => item.type === "function_call");
+      expect(calls.length).to.be.greaterThan(0);
+      expect(calls[0]!.name).to.equal("weather");
+      expect(weather.safeParse(JSON.parse(calls[0]!.arguments)).success, calls[0]!.arguments).to.equal(true);
+
+      const stream = client.responses.stream(request);
+      let deltas = "";
+      stream.on("response.function_call_arguments.delta", (event) => {
+        deltas += event.delta;
+      });
+      const final = await stream.finalResponse();
+      const streamedCalls = final.output.filter((item) => item.type === "function_call") as OpenAI.Responses.ResponseFunctionToolCall[];
+      expect(streamedCalls.map((call) => JSON.parse(call.arguments))).to.deep.equal(calls.map((call) => JSON.parse(call.arguments)));
+      expect(deltas).to.equal(streamedCalls.map((call) => call.arguments).join(""));
+
+      const person = { type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer", minimum: 0, maximum: 120 } }, required: ["name", "age"], additionalProperties: false };
+      const structured = await client.responses.create({
+        model: MODEL, input: "A person.", max_output_tokens: 200, temperature: 0,
+        text: { format: { type: "json_schema", name: "person", schema: person, strict: true } },
+      });
+      expect(structured.status).to.equal("completed");
+      expect(z.object({ name: z.string().max(12), age: z.number().int().min(0).max(120) }).strict().safeParse(JSON.parse(structured.output_text)).success, structured.output_text).to.equal(true);
+      expect(structured.text?.format).to.deep.include({ type: "json_schema", name: "person" });
+    });
+
+    it("the AI SDK's openai(model): a tool call, its result, then the answer (generateText); streamText with a tool", async () => {
+      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" });
+      const executed: unknown[] = [];
+      const tools = { weather: tool({ description: "The weather in a city", inputSchema: weather, execute: async (input) => (executed.push(input), "sunny") }) };
+      const result = await generateText({
+        model: provider(MODEL), prompt: "Weather in Paris?", tools, maxOutputTokens: 120, temperature: 0, maxRetries: 0,
+        stopWhen: stepCountIs(2),
+        // A model that knows nothing of tools: the call is required first, then the answer is text.
+        prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? "required" : "none" }),
+      });
+      expect(result.steps).to.have.length(2);
+      expect(result.steps[0]!.toolCalls.map((call) => call.toolName)).to.include("weather");
+      expect(executed.length).to.be.greaterThan(0);
+      expect(weather.safeParse(executed[0]).success).to.equal(true);
+      expect(result.steps[0]!.toolResults[0]!.output).to.equal("sunny");
+      expect(result.text).to.be.a("string");
+      expect(result.steps[1]!.toolCalls).to.have.length(0);
+
+      const streamed = streamText({
+        model: provider(MODEL), prompt: "Weather in Paris?", tools: { weather: tool({ description: "The weather in a city", inputSchema: weather }) },
+        toolChoice: { type: "tool", toolName: "weather" }, maxOutputTokens: 120, temperature: 0, maxRetries: 0,
+      });
+      const calls = await streamed.toolCalls;
+      expect(calls.length).to.be.greaterThan(0);
+      expect(weather.safeParse(calls[0]!.input).success).to.equal(true);
+
+      const person = z.object({ name: z.string().max(12), age: z.number().int().min(0).max(120) });
+      const structured = await generateText({ model: provider(MODEL), prompt: "A person.", output: Output.object({ schema: person }), maxOutputTokens: 200, temperature: 0, maxRetries: 0 });
+      expect(person.safeParse(structured.output).success).to.equal(true);
+    });
+
+    it("the OpenAI Agents SDK: an agent with one function tool calls it, then answers (structured output)", async () => {
+      setTracingDisabled(true);
+      setOpenAIAPI("responses");
+      setDefaultOpenAIClient(new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) as unknown as Parameters<typeof setDefaultOpenAIClient>[0]);
+      const executed: { city: string }[] = [];
+      const lookup = agentTool({
+        name: "weather", description: "The weather in a city", parameters: weather,
+        execute: async (input) => {
+          executed.push(input);
+          return "sunny";
+        },
+      });
+      // toolChoice "required" makes the first turn a call (the SDK resets it after a call); the
+      // output type, JSON enforced token by token, makes the second a complete answer.
+      const agent = new Agent({
+        name: "Forecaster", instructions: "Answer with the weather.", model: MODEL, tools: [lookup],
+        outputType: z.object({ answer: z.string().max(24) }),
+        modelSettings: { toolChoice: "required", temperature: 0, maxTokens: 200 },
+      });
+      const result = await run(agent, "Weather in Paris?");
+      expect(executed).to.have.length.greaterThan(0);
+      expect(weather.safeParse(executed[0]).success).to.equal(true);
+      const kinds = result.newItems.map((item) => item.type);
+      expect(kinds.indexOf("tool_call_item")).to.be.lessThan(kinds.indexOf("tool_call_output_item"));
+      expect(kinds.at(-1)).to.equal("message_output_item");
+      expect(result.finalOutput).to.have.property("answer").that.is.a("string");
     });
   });
 
