@@ -6,7 +6,7 @@
  * checkpoint with its own chat template.
  */
 import { createOpenAI } from "@ai-sdk/openai";
-import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled, tool as agentTool } from "@openai/agents";
+import { Agent, OpenAIProvider, Runner, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled, tool as agentTool } from "@openai/agents";
 import { generateText, Output, stepCountIs, streamText, tool } from "ai";
 import { expect } from "chai";
 import OpenAI, { APIError } from "openai";
@@ -16,6 +16,19 @@ import { exportHfFixtures, type HfCheckpoints } from "../helpers/hfModels.js";
 import { ServerProcess } from "./serverProcess.js";
 
 const MODEL = "brown-gpt";
+
+/**
+ * An Agents SDK runner against this server: its provider with a custom OpenAI client (the SDK
+ * depends on its own copy of the openai package: the same client at run time), the
+ * Responses API, no tracing. A runner per server: the SDK's default provider caches its
+ * models with the client they were first made with.
+ */
+function agentRunner(base: string): Runner {
+  const openAIClient = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) as unknown as Parameters<typeof setDefaultOpenAIClient>[0];
+  setTracingDisabled(true);
+  setOpenAIAPI("responses");
+  return new Runner({ modelProvider: new OpenAIProvider({ openAIClient, useResponses: true }), tracingDisabled: true });
+}
 
 describe("OpenAI Responses API with real clients (npm start)", function () {
   this.timeout(180000);
@@ -129,10 +142,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("the OpenAI Agents SDK: an agent's run returns the model's answer", async () => {
-      setTracingDisabled(true);
-      setOpenAIAPI("responses");
-      // The SDK depends on its own copy of the openai package: the same client at run time.
-      setDefaultOpenAIClient(new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) as unknown as Parameters<typeof setDefaultOpenAIClient>[0]);
+      const runner = agentRunner(base);
       // An agent's run fails on an incomplete response (cut by the limit), as against OpenAI: a
       // stop sequence taken from the greedy text ends it first.
       const ask = { model: MODEL, instructions: "You are a newspaper.", input: [{ role: "user" as const, content: "What did the jury say?" }], max_output_tokens: 40, temperature: 0 };
@@ -144,9 +154,9 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
         name: "Reporter", instructions: "You are a newspaper.", model: MODEL,
         modelSettings: { temperature: 0, maxTokens: 40, providerData: { stop: [stop] } },
       });
-      const result = await run(agent, "What did the jury say?");
+      const result = await runner.run(agent, "What did the jury say?");
       expect(result.finalOutput).to.equal(direct.output_text);
-      const streamed = await run(agent, "What did the jury say?", { stream: true });
+      const streamed = await runner.run(agent, "What did the jury say?", { stream: true });
       let text = "";
       for await (const piece of streamed.toTextStream()) text += piece;
       await streamed.completed;
@@ -175,11 +185,15 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("openai: tool_choice required gives a function_call whose arguments validate, whole and streamed; text.format json_schema", async () => {
-      const request = { model: MODEL, input: "Weather in Paris?", tools: [weatherTool], tool_choice: "required" as const, max_output_tokens: 200, temperature: 0 };
+      // One call (parallel_tool_calls false): the grammar ends after it, so greedy decoding stops there.
+      const request = {
+        model: MODEL, input: "Weather in Paris?", tools: [weatherTool], tool_choice: "required" as const, parallel_tool_calls: false, max_output_tokens: 200, temperature: 0,
+      };
       const whole = await client.responses.create(request);
       expect(whole.status).to.equal("completed");
       const calls = whole.output.filter((item): item is OpenAI.Responses.ResponseFunctionToolCall => item.type === "function_call");
-      expect(calls.length).to.be.greaterThan(0);
+      expect(calls).to.have.length(1);
+      expect(whole.output).to.have.length(1);
       expect(calls[0]!.name).to.equal("weather");
       expect(weather.safeParse(JSON.parse(calls[0]!.arguments)).success, calls[0]!.arguments).to.equal(true);
 
@@ -209,6 +223,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       const tools = { weather: tool({ description: "The weather in a city", inputSchema: weather, execute: async (input) => (executed.push(input), "sunny") }) };
       const result = await generateText({
         model: provider(MODEL), prompt: "Weather in Paris?", tools, maxOutputTokens: 120, temperature: 0, maxRetries: 0,
+        providerOptions: { openai: { parallelToolCalls: false } },
         stopWhen: stepCountIs(2),
         // A model that knows nothing of tools: the call is required first, then the answer is text.
         prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? "required" : "none" }),
@@ -224,6 +239,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       const streamed = streamText({
         model: provider(MODEL), prompt: "Weather in Paris?", tools: { weather: tool({ description: "The weather in a city", inputSchema: weather }) },
         toolChoice: { type: "tool", toolName: "weather" }, maxOutputTokens: 120, temperature: 0, maxRetries: 0,
+        providerOptions: { openai: { parallelToolCalls: false } },
       });
       const calls = await streamed.toolCalls;
       expect(calls.length).to.be.greaterThan(0);
@@ -235,9 +251,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("the OpenAI Agents SDK: an agent with one function tool calls it, then answers (structured output)", async () => {
-      setTracingDisabled(true);
-      setOpenAIAPI("responses");
-      setDefaultOpenAIClient(new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) as unknown as Parameters<typeof setDefaultOpenAIClient>[0]);
+      const runner = agentRunner(base);
       const executed: { city: string }[] = [];
       const lookup = agentTool({
         name: "weather", description: "The weather in a city", parameters: weather,
@@ -251,9 +265,9 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       const agent = new Agent({
         name: "Forecaster", instructions: "Answer with the weather.", model: MODEL, tools: [lookup],
         outputType: z.object({ answer: z.string().max(24) }),
-        modelSettings: { toolChoice: "required", temperature: 0, maxTokens: 200 },
+        modelSettings: { toolChoice: "required", parallelToolCalls: false, temperature: 0, maxTokens: 200 },
       });
-      const result = await run(agent, "Weather in Paris?");
+      const result = await runner.run(agent, "Weather in Paris?");
       expect(executed).to.have.length.greaterThan(0);
       expect(weather.safeParse(executed[0]).success).to.equal(true);
       const kinds = result.newItems.map((item) => item.type);
