@@ -305,6 +305,21 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       const next = await client.responses.create({ model: "llama", input: "More", previous_response_id: response.id, max_output_tokens: 4, temperature: 0 });
       expect(next.previous_response_id).to.equal(response.id);
       expect(next.usage!.input_tokens).to.be.greaterThan(response.usage!.input_tokens);
+
+      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" });
+      const generated = await generateText({ model: provider("llama"), system: "Be brief.", prompt: "Hi", maxOutputTokens: 8, temperature: 0, maxRetries: 0 });
+      expect(generated.text).to.equal(response.output_text);
+      let streamed = "";
+      for await (const piece of streamText({ model: provider("llama"), system: "Be brief.", prompt: "Hi", maxOutputTokens: 8, temperature: 0, maxRetries: 0 }).textStream) streamed += piece;
+      expect(streamed).to.equal(response.output_text);
+
+      // An agent whose answer is structured: the JSON is enforced with this checkpoint's tokenizer, and ends.
+      const agent = new Agent({
+        name: "Greeter", instructions: "Be brief.", model: "llama",
+        outputType: z.object({ greeting: z.string().max(12) }), modelSettings: { temperature: 0, maxTokens: 120 },
+      });
+      const result = await agentRunner(base).run(agent, "Hi");
+      expect(result.finalOutput).to.have.property("greeting").that.is.a("string");
     });
   });
 });
