@@ -1,6 +1,34 @@
 #include "runtime/Generation.h"
 
+#include <condition_variable>
+
 namespace tsn {
+
+namespace {
+// Wakes inference threads waiting for a mask. One for the process: a spurious wake-up of
+// another model's loop only makes it look at its rows once more.
+std::mutex signalMutex;  // guards signalVersion
+std::condition_variable signalCondition;
+uint64_t signalVersion = 0;
+
+void Signal() {
+  {
+    std::lock_guard<std::mutex> lock(signalMutex);
+    ++signalVersion;
+  }
+  signalCondition.notify_all();
+}
+}  // namespace
+
+uint64_t Generation::SignalCount() {
+  std::lock_guard<std::mutex> lock(signalMutex);
+  return signalVersion;
+}
+
+void Generation::WaitForSignal(uint64_t seen, std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(signalMutex);
+  signalCondition.wait_for(lock, timeout, [seen] { return signalVersion != seen; });
+}
 
 Generation::Generation(std::vector<GenerateRow> rows)
     : outputs(rows.size()), rows_(std::move(rows)), cancelled_(new std::atomic<bool>[rows_.size()]) {
@@ -19,9 +47,12 @@ Generation::Generation(std::vector<GenerateRow> rows)
 
 void Generation::SetMask(size_t row, std::vector<int32_t> mask) {
   if (row >= rows_.size()) return;
-  std::lock_guard<std::mutex> lock(maskMutex_);
-  masks_[row] = std::move(mask);
-  maskReady_[row] = 1;
+  {
+    std::lock_guard<std::mutex> lock(maskMutex_);
+    masks_[row] = std::move(mask);
+    maskReady_[row] = 1;
+  }
+  Signal();
 }
 
 bool Generation::TakeMask(size_t row, std::vector<int32_t>& out) {
@@ -38,6 +69,7 @@ void Generation::Cancel(int64_t row) {
   } else if (static_cast<size_t>(row) < rows_.size()) {
     cancelled_[row].store(true);
   }
+  Signal();
 }
 
 bool Generation::Cancelled(size_t row) const { return cancelled_[row].load(); }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,11 @@ class Generation {
   void SetMask(size_t row, std::vector<int32_t> mask);
   // Inference thread: takes the row's next mask into `out`; false while it has not come.
   bool TakeMask(size_t row, std::vector<int32_t>& out);
+  // Counts the masks and cancels any generation received. Inference thread: WaitForSignal
+  // sleeps until the count passes `seen` (read before looking at the rows) or `timeout`, so
+  // a loop whose every row waits for its mask sleeps instead of polling.
+  static uint64_t SignalCount();
+  static void WaitForSignal(uint64_t seen, std::chrono::microseconds timeout);
 
   // True when some row asked for log-probabilities.
   bool WantsLogprobs() const { return wantsLogprobs_; }

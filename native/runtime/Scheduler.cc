@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <thread>
 
 #include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
@@ -46,13 +45,17 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
       for (size_t s = 0; s < slots_.size(); ++s) {
         if (slots_[s] && slots_[s]->job->generation->Cancelled(slots_[s]->index)) Finish(s);
       }
+      const uint64_t signals = Generation::SignalCount();
       const bool stepping = ResumeHeld();
       if (remaining_.empty()) {
         if (waiting.empty()) break;
         continue;
       }
       if (!stepping) {
-        WaitForMasks();
+        // Every row waits for a mask the JS thread is computing (a fraction of a
+        // millisecond): sleep until one comes or a row is cancelled; the timeout lets new
+        // jobs in meanwhile.
+        Generation::WaitForSignal(signals, std::chrono::microseconds(1000));
         continue;
       }
       Step();
@@ -244,12 +247,6 @@ bool Scheduler::ResumeHeld() {
     stepping = stepping || slots_[s] != nullptr;
   }
   return stepping;
-}
-
-void Scheduler::WaitForMasks() {
-  // Every row waits for a mask the JS thread is computing (a fraction of a millisecond):
-  // poll rather than add a wake-up path from the binding into the loop.
-  std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
 
 void Scheduler::Accept(size_t s, const SampledToken& sampled) {

@@ -95,9 +95,8 @@ class Scheduler {
   // After a row sampled `token`: output, end of row (EOS, max tokens), next feed.
   void Accept(size_t slot, const SampledToken& token);
   // Constrained rows (structured output): samples the held rows whose mask has come; true
-  // when some row can step. WaitForMasks() waits a little while every row is held.
+  // when some row can step.
   bool ResumeHeld();
-  void WaitForMasks();
   SampleRow SampleRowOf(Row& row, int64_t logitRow);
   // After a step: rows that share a prefill take a copy of their source's cache.
   void CopyPrefills(const std::vector<size_t>& active);

@@ -365,6 +365,36 @@ describe("playground in a headless browser", function () {
       expect(await messages.count()).to.equal(0);
     });
 
+    it("the Chat tab sends a JSON Schema (the reply validates) and tools (the reply shows the call)", async () => {
+      const base = await started(createApp(engine, { modelName: "tiny" }));
+      const page = await open(base);
+      await page.getByRole("tab", { name: "Chat" }).click();
+      await page.getByLabel("Message").fill("A person");
+      await page.getByLabel("Chat max tokens").fill("200");
+      await page.getByLabel("Stop sequence").fill("");
+      const schema = { type: "object", properties: { name: { type: "string", maxLength: 8 }, age: { type: "integer" } }, required: ["name", "age"], additionalProperties: false };
+      await page.getByLabel("JSON Schema").fill(JSON.stringify(schema));
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator('#chat-status[data-state="done"]').waitFor();
+      const reply = JSON.parse((await page.locator("#chat-log .message.assistant .content").textContent())!) as Record<string, unknown>;
+      expect(Object.keys(reply)).to.deep.equal(["name", "age"]);
+      expect(reply["age"]).to.be.a("number");
+
+      await page.getByRole("button", { name: "New chat" }).click();
+      await page.getByLabel("JSON Schema").fill("");
+      const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string", maxLength: 10 } }, required: ["city"], additionalProperties: false } } }];
+      await page.getByLabel("Tools").fill(JSON.stringify(tools));
+      await page.getByLabel("Tool choice").selectOption("required");
+      await page.getByLabel("Message").fill("Weather?");
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator('#chat-status[data-state="done"]').waitFor();
+      const shown = (await page.locator("#chat-log .message.assistant .content").textContent())!;
+      const call = /^→ get_weather\((.*)\)$/m.exec(shown);
+      expect(call, shown).to.not.equal(null);
+      expect(JSON.parse(call![1]!)).to.have.property("city").that.is.a("string");
+      await screenshot(page, "text-chat-tool-call");
+    });
+
     it("Stop ends a long generation: the request is aborted and the text stops growing", async () => {
       const held = new HeldAfterFirstPiece(engine);
       const base = await started(createApp(held));

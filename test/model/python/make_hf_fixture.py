@@ -76,6 +76,11 @@ SPECS = {
     "gpt2": dict(arch="GPT2LMHeadModel", tokenizer="gpt2", layers=2, hidden=64, heads=4,
                  dtype="float32", shards=1, ctx=128),
 }
+# Tool calling: the same models with their real chat templates (test/fixtures/chat-templates),
+# which render `tools` and tool-call histories.
+SPECS["llama3-tools"] = dict(SPECS["llama3-bf16"], tokenizer="llama3-tools", dtype="float32", ctx=512)
+SPECS["qwen2-tools"] = dict(SPECS["qwen2"], tokenizer="qwen2-tools", ctx=512)
+TOOL_TEMPLATES = {"llama3": "llama-3.2-instruct.jinja", "qwen2": "qwen2.5-instruct.jinja"}
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 16}
@@ -97,6 +102,13 @@ NATIVE_NEW_TOKENS = 20
 
 def tokenizer_files(kind: str):
     """(tokenizer.json, tokenizer_config.json, generation eos ids, config bos/eos)."""
+    if kind.endswith("-tools"):
+        base = kind[:-len("-tools")]
+        tok, tc, gen_eos, bos, eos = tokenizer_files(base)
+        here = os.path.dirname(os.path.abspath(__file__))
+        with open(os.path.join(here, "..", "..", "fixtures", "chat-templates", TOOL_TEMPLATES[base])) as f:
+            tc = dict(tc, chat_template=f.read())
+        return tok, tc, gen_eos, bos, eos
     if kind == "spm":
         tok = hf_tokenizer.tiny_sentencepiece(120)
         tc = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",

@@ -12,7 +12,30 @@ const errorBox = $("chat-error");
 const status = $("chat-status");
 const sendButton = $("chat-send");
 const resetButton = $("chat-reset");
-const fields = { maxTokens: $("chat-max-tokens"), temperature: $("chat-temperature"), stop: $("chat-stop") };
+const fields = {
+  maxTokens: $("chat-max-tokens"),
+  temperature: $("chat-temperature"),
+  stop: $("chat-stop"),
+  schema: $("chat-schema"),
+  tools: $("chat-tools"),
+  toolChoice: $("chat-tool-choice"),
+};
+
+/** A JSON field's value; undefined when empty; an error naming the field when it is not JSON. */
+function jsonField(element, name) {
+  const raw = element.value.trim();
+  if (raw === "") return undefined;
+  try {
+    return JSON.parse(raw);
+  } catch (err) {
+    throw errorInfo(`${name} is not JSON`, String(err?.message ?? err), undefined, raw);
+  }
+}
+
+/** Tool calls as the reply shows them: one line per call, name(arguments). */
+function showCalls(calls) {
+  return calls.map((call) => `→ ${call.function.name}(${call.function.arguments})`).join("\n");
+}
 
 /** The conversation so far, as the API takes it. */
 let messages = [];
@@ -69,6 +92,7 @@ async function send() {
   const userBubble = bubble("user", text);
   let reply = null;
   let content = "";
+  const calls = [];
   let finished = false;
   try {
     const body = { model: await servedModel(), messages: pending, stream: true };
@@ -77,6 +101,13 @@ async function send() {
     if (maxTokens !== undefined) body.max_tokens = maxTokens;
     if (temperature !== undefined) body.temperature = temperature;
     if (fields.stop.value !== "") body.stop = fields.stop.value.replace(/\\n/g, "\n");
+    const schema = jsonField(fields.schema, "JSON Schema");
+    if (schema !== undefined) body.response_format = { type: "json_schema", json_schema: { name: "playground", schema } };
+    const tools = jsonField(fields.tools, "Tools");
+    if (tools !== undefined) {
+      body.tools = (Array.isArray(tools) ? tools : [tools]).map((tool) => (tool.function ? tool : { type: "function", function: tool }));
+      body.tool_choice = fields.toolChoice.value;
+    }
     const response = await fetch("v1/chat/completions", {
       method: "POST",
       headers: { "content-type": "application/json", accept: "text/event-stream" },
@@ -108,11 +139,19 @@ async function send() {
       if (delta.content) {
         reply ??= bubble("assistant", "");
         content += delta.content;
-        reply.textContent = content;
+        reply.textContent = [content, showCalls(calls)].filter(Boolean).join("\n");
+      }
+      for (const call of delta.tool_calls ?? []) {
+        // The name comes first, then the arguments in pieces.
+        reply ??= bubble("assistant", "");
+        calls[call.index] ??= { id: call.id, type: "function", function: { name: call.function?.name ?? "", arguments: "" } };
+        calls[call.index].function.arguments += call.function?.arguments ?? "";
+        reply.textContent = [content, showCalls(calls)].filter(Boolean).join("\n");
+        reply.parentElement.classList.add("tool-calls");
       }
     }
     if (finished) {
-      messages = [...pending, { role: "assistant", content }];
+      messages = [...pending, calls.length > 0 ? { role: "assistant", content: content || null, tool_calls: calls } : { role: "assistant", content }];
       input.value = "";
       setStatus(status, "done", "Done");
     } else {
