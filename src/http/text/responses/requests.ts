@@ -73,7 +73,7 @@ export interface RequestEcho {
  * that silently differs from what was asked.
  */
 const UNSUPPORTED: Record<string, [used: (value: unknown) => boolean, why: string]> = {
-  text: [(v) => (v as { verbosity?: unknown }).verbosity !== undefined && (v as { verbosity?: unknown }).verbosity !== null && (v as { verbosity?: unknown }).verbosity !== "medium", "only text.verbosity \"medium\""],
+  text: [(v) => !([undefined, null, "medium"] as unknown[]).includes((v as { verbosity?: unknown }).verbosity), "only text.verbosity \"medium\""],
   background: [(v) => v !== false, "background responses are not supported"],
   conversation: [() => true, "conversations are not supported; use previous_response_id"],
   prompt: [() => true, "prompt templates are not supported"],
@@ -115,10 +115,7 @@ function present<T>(wire: Wire, name: string): T | undefined {
   return value === null || value === undefined ? undefined : (value as T);
 }
 
-/**
- * The body checked (unknown fields first, then the schema, then what is not implemented);
- * `history` is the stored conversation of previous_response_id (the route looks it up).
- */
+/** The body checked: unknown fields first, then hosted tools, the schema, and what is not implemented. */
 export function checkResponseRequest(body: unknown): Wire {
   if (typeof body === "object" && body !== null && !Array.isArray(body)) {
     for (const name of Object.keys(body)) {
@@ -137,6 +134,10 @@ export function checkResponseRequest(body: unknown): Wire {
 /** A stored output item by its id (an `item_reference` input item), or undefined. */
 export type ItemLookup = (id: string) => Wire | undefined;
 
+/**
+ * The checked body as the chat route's request; `history` is the stored conversation of
+ * previous_response_id (the route looks it up), `lookup` finds item_reference's items.
+ */
 export function parseResponseRequest(
   wire: Wire,
   history: readonly ConversationMessage[],
