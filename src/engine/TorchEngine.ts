@@ -191,8 +191,12 @@ export class TorchEngine implements TextGenerationEngine {
     }
   }
 
-  /** One grammar matcher per row of the constrained requests (undefined for the others), with its first mask. */
-  private async matchersFor(requests: readonly CompletionRequest[]): Promise<(RowMatcher | undefined)[]> {
+  /**
+   * One grammar matcher per row of the constrained requests (undefined for the others), with
+   * its first mask (`firstMasks`). Only called when some request is constrained: an
+   * unconstrained call reaches the addon synchronously, as it did before constraints.
+   */
+  private async matchersFor(requests: readonly CompletionRequest[], firstMasks: Map<number, Int32Array>): Promise<(RowMatcher | undefined)[]> {
     const matchers: (RowMatcher | undefined)[] = [];
     try {
       for (const request of requests) {
@@ -202,7 +206,9 @@ export class TorchEngine implements TextGenerationEngine {
             continue;
           }
           await this.prepareConstraint(request.constraint);
-          matchers.push(await (await this.compiler()).matcher(request.constraint));
+          const matcher = await (await this.compiler()).matcher(request.constraint);
+          matchers.push(matcher);
+          firstMasks.set(matchers.length - 1, (await matcher.next()).mask);
         }
       }
     } catch (err) {
@@ -291,8 +297,11 @@ export class TorchEngine implements TextGenerationEngine {
     const completions = requests.map(notRun);
     const live = requests.flatMap((request, index) => (request.signal?.aborted ? [] : [index]));
     if (live.length === 0) return completions;
-    const matchers = await this.matchersFor(live.map((index) => requests[index]!));
-    const job = await this.start(live.map((index) => requests[index]!), undefined, undefined, matchers);
+    const firstMasks = new Map<number, Int32Array>();
+    const matchers = live.some((index) => requests[index]!.constraint)
+      ? await this.matchersFor(live.map((index) => requests[index]!), firstMasks)
+      : [];
+    const job = this.start(live.map((index) => requests[index]!), undefined, undefined, matchers, firstMasks);
     // A request whose client goes away stops at the next step; the others go on.
     const detach = live.map((index, i) =>
       onAbort(requests[index]!.signal, () => job.rowsOf[i]!.forEach((row) => job.generation.cancel(row))),
@@ -315,7 +324,8 @@ export class TorchEngine implements TextGenerationEngine {
   async *completeStream(request: CompletionRequest, signal?: AbortSignal): AsyncIterable<CompletionChunk> {
     const abortSignal = signal ?? request.signal;
     if (abortSignal?.aborted) return;
-    const matchers = await this.matchersFor([request]);
+    const firstMasks = new Map<number, Int32Array>();
+    const matchers = request.constraint ? await this.matchersFor([request], firstMasks) : [];
     // The addon's callbacks emit chunks, the consumer pulls them: events.on buffers what it
     // has not taken yet, and throws a failure once the chunks before it are taken.
     const events = new EventEmitter();
@@ -323,7 +333,7 @@ export class TorchEngine implements TextGenerationEngine {
     const chunks = on(events, "chunk", { close: ["end"] });
     const fail = (err: unknown) => events.emit("error", err);
     let settled = false;
-    const job = await this.start(
+    const job = this.start(
       [request],
       (row, text) => {
         const logprobs = job.decoders[row]!.newLogprobs();
@@ -331,6 +341,7 @@ export class TorchEngine implements TextGenerationEngine {
       },
       fail,
       matchers,
+      firstMasks,
     );
     job.generation.result.then(
       () => {
@@ -383,11 +394,12 @@ export class TorchEngine implements TextGenerationEngine {
    * advances its grammar, whose next mask goes back to the addon; the row ends once the
    * grammar is complete.
    */
-  private async start(
+  private start(
     requests: readonly CompletionRequest[],
     onText?: (row: number, text: string) => void,
     onError: (err: unknown) => void = () => {},
     matchers: readonly (RowMatcher | undefined)[] = [],
+    firstMasks: ReadonlyMap<number, Int32Array> = new Map(),
   ) {
     const rows: RawGenerateRow[] = [];
     const rowsOf: number[][] = [];
@@ -404,12 +416,7 @@ export class TorchEngine implements TextGenerationEngine {
     const wantsLogprobs = rows.map((row) => (row.sampling.logprobs ?? -1) >= 0);
     const watched =
       onText !== undefined || rows.some((_row, i) => stops[i]!.length > 0 || wantsLogprobs[i] || matchers[i] !== undefined);
-    for (let i = 0; i < rows.length; i++) {
-      const matcher = matchers[i];
-      if (!matcher) continue;
-      const first = await matcher.next();
-      rows[i]!.mask = first.mask;
-    }
+    for (const [row, mask] of firstMasks) rows[row]!.mask = mask;
     const constrain = (row: number, token: number) => {
       const matcher = matchers[row]!;
       if (!matcher.accept(token)) {

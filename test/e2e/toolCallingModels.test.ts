@@ -108,7 +108,8 @@ describe("tool calling on Llama 3.2 and Qwen2.5 templates (exported checkpoints,
           seed: 1,
         });
         expect(done.choices[0]!.finish_reason).to.equal("stop");
-        expect(ajv.compile(schema)(JSON.parse(done.choices[0]!.message.content!))).to.equal(true);
+        const validate = ajv.compile(schema);
+        expect(validate(JSON.parse(done.choices[0]!.message.content!)), `${done.choices[0]!.message.content} ${JSON.stringify(validate.errors)}`).to.equal(true);
         const auto = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], tools: [weather], max_tokens: 16, seed: 2 });
         expect(auto.choices[0]!.finish_reason).to.be.oneOf(["stop", "length", "tool_calls"]);
         const followUp = await client.chat.completions.create({

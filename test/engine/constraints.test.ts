@@ -80,6 +80,22 @@ describe("constraints: XGrammar over the server's vocabularies", function () {
     matcher.dispose();
   });
 
+  it("JSON strings stay valid JSON and UTF-8: no raw control characters, overlong forms or surrogates", async () => {
+    const compiler = await ConstraintCompiler.create(byteVocabulary(259, [257]));
+    const constraint: GenerationConstraint = { type: "json_schema", schema: { type: "string", maxLength: 8 } };
+    const matcher = await compiler.matcher(constraint);
+    matcher.accept(0x22);
+    let { mask } = await matcher.next();
+    for (const refused of [0x00, 0x09, 0x11, 0x1f, 0xc0, 0xc1, 0xf5, 0xff]) expect(allowed(mask, refused), refused.toString(16)).to.equal(false);
+    for (const fine of [0x41, 0x20, 0xe2, 0xed, 0xf0]) expect(allowed(mask, fine), fine.toString(16)).to.equal(true);
+    matcher.accept(0xed); // U+D000..U+D7FF only: A0..BF would be a surrogate
+    ({ mask } = await matcher.next());
+    expect(allowed(mask, 0x9f)).to.equal(true);
+    expect(allowed(mask, 0xa0)).to.equal(false);
+    matcher.dispose();
+    await walk(compiler, new ByteTokenizer(), constraint, '"☃ 한 😀"');
+  });
+
   it("GPT-2's byte-level BPE and Llama 2's SentencePiece with byte fallback", async () => {
     const real = (await import(pathToFileURL(join(repoRoot, "test", "helpers", "real_tokenizers.mjs")).href)) as RealTokenizers;
     const gpt2 = real.gpt2TokenizerJson();

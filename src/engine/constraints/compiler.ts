@@ -12,7 +12,7 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
-import type { Vocabulary } from "./vocabulary.js";
+import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher } from "@mlc-ai/web-xgrammar";
@@ -27,6 +27,8 @@ const metaValidator = new Ajv2020({ strict: false, validateSchema: true, allErro
 
 export class ConstraintCompiler {
   private readonly cache = new Map<string, Promise<CompiledGrammar>>();
+  /** Tokens refused in JSON (control characters, invalid UTF-8; LF allowed in tool-call tags); built on first use. */
+  private refusals: { bytes?: Uint8Array[]; json?: Int32Array; tagged?: Int32Array } = {};
 
   private constructor(
     private readonly compiler: GrammarCompiler,
@@ -88,7 +90,14 @@ export class ConstraintCompiler {
   async matcher(constraint: GenerationConstraint): Promise<RowMatcher> {
     const grammar = await this.compile(constraint);
     const matcher = await xgrammar().GrammarMatcher.createGrammarMatcher(grammar, this.vocabulary.stopTokenIds);
-    return new RowMatcher(matcher, this.vocabulary.stopTokenIds);
+    const json = constraint.type === "json_object" || constraint.type === "json_schema" || constraint.type === "tagged_json";
+    if (!json) return new RowMatcher(matcher, this.vocabulary.stopTokenIds);
+    const bytes = (this.refusals.bytes ??= tokenBytes(this.vocabulary));
+    const refused =
+      constraint.type === "tagged_json"
+        ? (this.refusals.tagged ??= refusedTokenMask(this.vocabulary, bytes, [0x0a]))
+        : (this.refusals.json ??= refusedTokenMask(this.vocabulary, bytes));
+    return new RowMatcher(matcher, this.vocabulary.stopTokenIds, { refused, bytes });
   }
 }
 
@@ -99,7 +108,12 @@ export class RowMatcher {
   constructor(
     private readonly matcher: GrammarMatcher,
     private readonly stopTokenIds: readonly number[],
+    /** JSON's extra rules: tokens refused whatever the grammar says (bit set), and each token's bytes. */
+    private readonly utf8?: { refused: Int32Array; bytes: readonly Uint8Array[] },
   ) {}
+
+  /** The output's last byte when it is a lead byte whose second byte is restricted (E0, ED, F0, F4). */
+  private lead = 0;
 
   /**
    * The tokens allowed next; `complete` when the grammar is complete and allows nothing but an
@@ -107,6 +121,21 @@ export class RowMatcher {
    */
   async next(): Promise<{ mask: Int32Array; complete: boolean }> {
     const mask = await this.matcher.getNextTokenBitmask();
+    if (this.utf8) {
+      const refused = this.utf8.refused;
+      for (let w = 0; w < mask.length; w++) mask[w]! &= ~(refused[w] ?? 0);
+      if (this.lead !== 0) {
+        // A character split across tokens: its second byte must be in the lead's range.
+        const [lo, hi] = secondByteRange(this.lead);
+        for (let w = 0; w < mask.length; w++) {
+          for (let bits = mask[w]!; bits !== 0; bits &= bits - 1) {
+            const bit = 31 - Math.clz32(bits & -bits);
+            const first = this.utf8.bytes[w * 32 + bit]?.[0];
+            if (first !== undefined && (first < lo || first > hi)) mask[w]! &= ~(1 << bit);
+          }
+        }
+      }
+    }
     const probe = mask.slice();
     for (const id of this.stopTokenIds) probe[id >> 5] = (probe[id >> 5] ?? 0) & ~(1 << (id & 31));
     return { mask, complete: !probe.some((word: number) => word !== 0) };
@@ -114,6 +143,11 @@ export class RowMatcher {
 
   /** Advances by a sampled token; false when the grammar does not accept it. */
   accept(token: number): boolean {
+    if (this.utf8) {
+      const bytes = this.utf8.bytes[token];
+      const last = bytes && bytes.length > 0 ? bytes[bytes.length - 1]! : 0;
+      this.lead = last === 0xe0 || last === 0xed || last === 0xf0 || last === 0xf4 ? last : 0;
+    }
     return this.matcher.acceptToken(token);
   }
 

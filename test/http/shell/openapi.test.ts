@@ -51,10 +51,11 @@ describe("GET /openapi.json", function () {
     expect(doc.paths["/generate/stream"]!["post"]!.responses["200"]!.content).to.have.property("text/event-stream");
     // The very schema validation compiles, not a copy that could drift.
     expect(doc.components.schemas["GenerateRequest"]).to.deep.equal(JSON.parse(JSON.stringify(schemas.generateRequestSchema)));
-    // The spec's fields, then the documented sampling extensions.
+    // The spec's fields, then the documented sampling extensions and structured output.
     expect(doc.components.schemas["GenerateRequest"]!["properties"]).to.have.keys(
       "prompt", "max_new_tokens", "temperature", "top_k",
       "seed", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop",
+      "response_format",
     );
   });
 

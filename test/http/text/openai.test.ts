@@ -99,7 +99,7 @@ describe("OpenAI-compatible routes (hand-written engines)", function () {
   it("OpenAI fields this server does not implement are a 400 naming them, not silently ignored", async () => {
     const running = await start(createApp(new BatchEngine({ auto: true }), { modelName: "m" }));
     const chat = { model: "m", messages: [{ role: "user", content: "x" }] };
-    for (const [field, value] of [["tools", [{ type: "function", function: { name: "f" } }]], ["response_format", { type: "json_object" }], ["logit_bias", { "50256": -100 }]] as const) {
+    for (const [field, value] of [["functions", [{ name: "f" }]], ["logit_bias", { "50256": -100 }]] as const) {
       const response = await postJson(running.base, "/v1/chat/completions", { ...chat, [field]: value });
       expect(response.status, field).to.equal(400);
       expect(((await response.json()) as { error: { param: string } }).error.param).to.equal(field);
@@ -107,6 +107,18 @@ describe("OpenAI-compatible routes (hand-written engines)", function () {
     // Their "off" values are fine.
     const off = await postJson(running.base, "/v1/chat/completions", { ...chat, tools: [], response_format: { type: "text" }, logit_bias: {} });
     expect(off.status).to.equal(200);
+    // A hand-written engine cannot enforce a constraint (it has no prepareConstraint): structured
+    // output and required tool calls are refused; tools under "auto" are only parsed, so they pass.
+    for (const body of [
+      { ...chat, response_format: { type: "json_object" } },
+      { ...chat, tools: [{ type: "function", function: { name: "f" } }], tool_choice: "required" },
+    ]) {
+      const refused = await postJson(running.base, "/v1/chat/completions", body);
+      expect(refused.status).to.equal(400);
+      expect(((await refused.json()) as { error: { message: string } }).error.message).to.match(/not supported by this engine/);
+    }
+    const auto = await postJson(running.base, "/v1/chat/completions", { ...chat, tools: [{ type: "function", function: { name: "f" } }] });
+    expect(auto.status).to.equal(200);
     const suffix = await postJson(running.base, "/v1/completions", { model: "m", prompt: "x", suffix: "end" });
     expect(suffix.status).to.equal(400);
   });
