@@ -205,6 +205,11 @@ export interface CreateAppOptions {
    * engine's `capacity().maxActiveRows`, else 64.
    */
   maxActiveStreams?: number;
+  /**
+   * The responses POST /v1/responses keeps for GET and previous_response_id, in this
+   * process's memory: most bytes (0 keeps none) and longest age. Default 64 MiB, one hour.
+   */
+  responseStore?: { maxBytes: number; ttlMs: number };
 }
 
 export interface CreateRecsysAppOptions {

@@ -71,6 +71,8 @@ export interface ServerConfig {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   keepAliveTimeoutMs: number;
+  /** RESPONSES_STORE_MB and RESPONSES_STORE_TTL_S: the bounds of /v1/responses' in-memory store. */
+  responseStore: { maxBytes: number; ttlMs: number };
 }
 
 /** "true"/"false", a hop count, or addresses/subnets as Express takes them. */
@@ -173,6 +175,10 @@ export function readServerConfig(env: NodeJS.ProcessEnv = process.env): ServerCo
     headersTimeoutMs: number(env, "HEADERS_TIMEOUT_MS", 10000, positiveInt, "a positive integer number of milliseconds"),
     requestTimeoutMs: number(env, "REQUEST_TIMEOUT_MS", 30000, positiveInt, "a positive integer number of milliseconds"),
     keepAliveTimeoutMs: number(env, "KEEP_ALIVE_TIMEOUT_MS", 65000, positiveInt, "a positive integer number of milliseconds"),
+    responseStore: {
+      maxBytes: number(env, "RESPONSES_STORE_MB", 64, nonNegative, "a number of MiB >= 0 (0: keep no responses)") * 1024 * 1024,
+      ttlMs: number(env, "RESPONSES_STORE_TTL_S", 3600, positive, "a positive number of seconds") * 1000,
+    },
   };
   if (config.rateLimitBurst !== undefined && config.rateLimitPerSecond === undefined) {
     throw new ServingError("ERR_CONFIG", "RATE_LIMIT_BURST is set but RATE_LIMIT_PER_SECOND is not: set both to enable rate limiting");

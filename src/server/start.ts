@@ -120,6 +120,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
     maxWaitMs: config.maxWaitMs,
     maxQueueSize: config.maxQueueSize,
     maxActiveStreams: config.maxActiveStreams,
+    responseStore: config.responseStore,
     rateLimiter: limiter,
     logger,
     apiKeys: config.apiKeys,

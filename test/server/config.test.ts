@@ -45,6 +45,14 @@ describe("readServerConfig", () => {
     expect(() => readServerConfig({ HEADERS_TIMEOUT_MS: "9000", REQUEST_TIMEOUT_MS: "5000" })).to.throw(/HEADERS_TIMEOUT_MS/);
   });
 
+  it("reads the bounds of the responses store: MiB and seconds, 0 MiB keeping none", () => {
+    expect(readServerConfig({}).responseStore).to.deep.equal({ maxBytes: 64 * 1024 * 1024, ttlMs: 3600 * 1000 });
+    expect(readServerConfig({ RESPONSES_STORE_MB: "0.5", RESPONSES_STORE_TTL_S: "90" }).responseStore).to.deep.equal({ maxBytes: 512 * 1024, ttlMs: 90000 });
+    expect(readServerConfig({ RESPONSES_STORE_MB: "0" }).responseStore.maxBytes).to.equal(0);
+    expect(() => readServerConfig({ RESPONSES_STORE_MB: "-1" })).to.throw(/RESPONSES_STORE_MB/);
+    expect(() => readServerConfig({ RESPONSES_STORE_TTL_S: "0" })).to.throw(/RESPONSES_STORE_TTL_S/);
+  });
+
   it("reads every variable", () => {
     const config = readServerConfig({
       HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",

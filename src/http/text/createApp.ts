@@ -15,7 +15,10 @@ import { InFlight } from "../shell/inFlight.js";
 import type { LoggerLike } from "../shell/logger.js";
 import { createGenerateMetrics } from "./metrics.js";
 import { mountPlayground } from "../playground/index.js";
-import { openAiRoutes } from "./openai/routes.js";
+import { openAiRoutes, type OpenAiDeps } from "./openai/routes.js";
+import type { Stored } from "./responses/objects.js";
+import { responsesRoutes } from "./responses/routes.js";
+import { DEFAULT_RESPONSE_STORE, ResponseStore } from "./responses/store.js";
 
 export interface GenerateAppOptions extends CreateAppOptions {
   /** pino-compatible; silent by default. */
@@ -48,14 +51,14 @@ export function createApp(engine: TextGenerationEngine, options: GenerateAppOpti
   };
 
   shell.register(generateRoutes(generation));
-  shell.register(
-    openAiRoutes({
-      generation,
-      modelName: options.modelName ?? "model",
-      chatTemplate: engine.chatTemplate?.(),
-      createdAt: Math.floor(Date.now() / 1000),
-    }),
-  );
+  const openAi: OpenAiDeps = {
+    generation,
+    modelName: options.modelName ?? "model",
+    chatTemplate: engine.chatTemplate?.(),
+    createdAt: Math.floor(Date.now() / 1000),
+  };
+  shell.register(openAiRoutes(openAi));
+  shell.register(responsesRoutes({ ...openAi, store: new ResponseStore<Stored>(options.responseStore ?? DEFAULT_RESPONSE_STORE) }));
   mountPlayground(shell, "text");
 
   return shell.finish("Text generation", {

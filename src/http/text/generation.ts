@@ -75,6 +75,8 @@ export interface StreamFormat {
   closing(tokens: { promptTokens: number; completionTokens: number }): string[];
   /** The event that ends a stream failing after its first byte. */
   failure(err: ServingError): string;
+  /** The last bytes of a stream that ends well; default the [DONE] event. */
+  done?: string;
 }
 
 /**
@@ -138,7 +140,7 @@ async function stream(generation: Generation, res: Response, request: Completion
       }
       for (const event of format.closing({ promptTokens, completionTokens })) await writeEvent(res, event, signal);
       ended = true;
-      res.end(DONE_EVENT);
+      res.end(format.done ?? DONE_EVENT);
     } catch (err) {
       const serving = asServingError(err);
       logger.error({ err, code: serving.code }, "stream failed after its first piece");

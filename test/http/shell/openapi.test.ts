@@ -39,6 +39,7 @@ describe("GET /openapi.json", function () {
     expect(doc.openapi).to.equal("3.1.0");
     expect(Object.keys(doc.paths).sort()).to.deep.equal([
       "/generate", "/generate/stream", "/health", "/metrics", "/openapi.json", "/ready", "/v1/chat/completions", "/v1/completions", "/v1/models",
+      "/v1/responses", "/v1/responses/{id}",
     ]);
     for (const path of ["/generate", "/generate/stream"]) {
       const post = doc.paths[path]!["post"]!;

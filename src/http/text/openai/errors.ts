@@ -27,6 +27,11 @@ export function openAiError(err: ServingError): { status: number; body: OpenAiEr
     }
     case "ERR_UNAUTHORIZED":
       return { status: 401, body: body("invalid_request_error", err.message, "invalid_api_key") };
+    case "ERR_NOT_FOUND": {
+      // A stored object (a response) that is not there; its field when the body named it.
+      const first = ((err.detail ?? []) as ValidationIssue[])[0];
+      return { status: 404, body: body("invalid_request_error", err.message, "not_found", first ? first.loc.slice(1).join(".") : null) };
+    }
     case "ERR_MODEL_NOT_FOUND":
       return { status: 404, body: body("invalid_request_error", err.message, "model_not_found", "model") };
     case "ERR_RATE_LIMITED":

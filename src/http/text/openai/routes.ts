@@ -203,7 +203,7 @@ function chatCompletionsHandler(deps: OpenAiDeps): RequestHandler {
   };
 }
 
-function checkModel(deps: OpenAiDeps, model: string): void {
+export function checkModel(deps: OpenAiDeps, model: string): void {
   if (model !== deps.modelName) {
     throw new ServingError("ERR_MODEL_NOT_FOUND", `The model \`${model}\` does not exist; this server serves \`${deps.modelName}\``);
   }
