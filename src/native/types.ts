@@ -67,6 +67,8 @@ export interface RawGeneration {
   readonly result: Promise<Int32Array[]>;
   /** Stops one row (or every row) at the next decode step. */
   cancel(row?: number): void;
+  /** Per row, prompt tokens served from the prefix cache; read once `result` has settled. */
+  cachedTokens(): number[];
 }
 
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */
@@ -75,6 +77,8 @@ export interface RawLanguageModel extends RawModule {
   configure(settings: RawLanguageModelSettings): Promise<RawRuntimeChoice>;
   /** Queues a job on the model's inference thread. `onTokens` receives the tokens as they come. */
   generate(rows: RawGenerateRow[], onTokens: RawTokenCallback | null): RawGeneration;
+  /** The prefix cache's totals since load (counters; any time). */
+  prefixCacheStats(): { queriedTokens: number; hitTokens: number; evictions: number };
 }
 
 export interface RawLanguageModelSettings {
@@ -116,6 +120,11 @@ export interface RawLanguageModelSettings {
    * default 2; 0: prompts take all of stepTokens the decodes leave.
    */
   prefillPerDecode?: number;
+  /**
+   * Automatic prefix caching (SERVICE_PREFIX_CACHE): finished and running rows' keys and
+   * values serve later prompts that start with the same tokens. Default true.
+   */
+  prefixCache?: boolean;
 }
 
 export type KernelFamily = "avx512_bf16" | "avx512" | "avx2" | "baseline";

@@ -231,8 +231,10 @@ async function streamChunks(
     opening: () => format.opening().map(dataEvent),
     chunk: (chunk) =>
       chunk.text || chunk.finishReason || chunk.logprobs?.length ? dataEvent(format.chunk(chunk)) : undefined,
-    closing: ({ promptTokens, completionTokens }) =>
-      includeUsage && countsTokens ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens)))] : [],
+    closing: ({ promptTokens, completionTokens, cachedPromptTokens }) =>
+      includeUsage && countsTokens
+        ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens, cachedPromptTokens)))]
+        : [],
     failure: (err) => dataEvent(openAiErrorBody(err).body),
   });
 }
