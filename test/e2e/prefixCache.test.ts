@@ -17,7 +17,7 @@ describe("prefix caching through the OpenAI API (npm start)", function () {
   let plain: { server: ServerProcess; client: OpenAI; base: string };
 
   async function start(env: Record<string, string>) {
-    const server = new ServerProcess({ LOG_LEVEL: "warn", ...env });
+    const server = new ServerProcess({ LOG_LEVEL: "info", ...env });
     const base = (await server.ready()).text;
     return { server, base, client: new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 }) };
   }
