@@ -17,6 +17,7 @@ weights.
                over 2 kv heads, SwiGLU width 1024, context 2048, tied head, with Llama 2's
                real tokenizer (32,000 tokens, test/helpers/real_tokenizers.mjs); a float32
                checkpoint only (no GGUF). Needs --llama-tokenizer PATH (that script's output).
+  llama-135m-chat-2k: the same with SmolLM-135M's shape (llama-135m above) at context 2048.
 
 Files already present are kept (delete the folder to rebuild). Prints the files as JSON.
 """
@@ -79,14 +80,23 @@ LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_
                     "pad_token_id": None, "add_bos": True}
 
 
-def write_chat_model(out_dir: str, tokenizer_path: str) -> dict:
-    path = os.path.join(out_dir, "llama-chat-2k-f32.pt")
+def llama_135m_chat_2k():
+    return random_llama(LlamaConfig(vocab_size=32000, block_size=2048, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
+                                    intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                    tie_word_embeddings=True))
+
+
+CHAT_MODELS = {"llama-chat-2k": llama_chat_2k, "llama-135m-chat-2k": llama_135m_chat_2k}
+
+
+def write_chat_model(out_dir: str, name: str, tokenizer_path: str) -> dict:
+    path = os.path.join(out_dir, f"{name}-f32.pt")
     if os.path.exists(path):
         return {"f32.pt": path}
     if not tokenizer_path:
-        raise SystemExit("llama-chat-2k needs --llama-tokenizer PATH (node test/helpers/real_tokenizers.mjs llama PATH)")
+        raise SystemExit(f"{name} needs --llama-tokenizer PATH (node test/helpers/real_tokenizers.mjs llama PATH)")
     torch.manual_seed(0)
-    model, cfg = llama_chat_2k()
+    model, cfg = CHAT_MODELS[name]()
     config = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION,
                   tokenizer=LLAMA2_TOKENIZER, dtype="float32")
     with open(tokenizer_path, encoding="utf-8") as f:
@@ -131,9 +141,9 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")
     for name in names:
-        if name not in MODELS and name != "llama-chat-2k":
-            ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)}, llama-chat-2k)")
-    print(json.dumps({name: write_chat_model(args.out, args.llama_tokenizer) if name == "llama-chat-2k"
+        if name not in MODELS and name not in CHAT_MODELS:
+            ap.error(f"unknown model {name!r} (known: {', '.join([*MODELS, *CHAT_MODELS])})")
+    print(json.dumps({name: write_chat_model(args.out, name, args.llama_tokenizer) if name in CHAT_MODELS
                       else write(args.out, name) for name in names}))
     return 0
 
