@@ -101,6 +101,12 @@ export interface ChatTemplate {
 export interface EngineUsage {
   promptTokens: number;
   generatedTokens: number;
+  /** Prompt tokens of the rows that looked up a cached prefix (prefix caching on). */
+  prefixCacheQueriedTokens?: number;
+  /** Of those, tokens whose keys and values came from the prefix cache. */
+  prefixCacheHitTokens?: number;
+  /** Cached prefixes dropped to make room for rows that did not reuse them. */
+  prefixCacheEvictions?: number;
 }
 
 /**

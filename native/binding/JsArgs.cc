@@ -140,6 +140,11 @@ DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
     throw CodedError(ErrorCode::kInvalidArgument, "configure(): stepTokens must be >= 0 (0: unchunked prefill)");
   }
   decode.prefillPerDecode = IntField(settings, "prefillPerDecode", DecodeSettings::kDefaultPrefillPerDecode);
+  Napi::Value prefix = settings.Get("prefixCache");
+  if (!prefix.IsUndefined() && !prefix.IsBoolean()) {
+    throw CodedError(ErrorCode::kInvalidArgument, "configure(): prefixCache must be a boolean");
+  }
+  decode.prefixCache = !prefix.IsBoolean() || prefix.As<Napi::Boolean>().Value();
   return decode;
 }
 

@@ -51,6 +51,7 @@ Napi::Function TorchModel::Define(Napi::Env env) {
                          InstanceMethod<&TorchModel::Generate>("generate"),
                          InstanceMethod<&TorchModel::Configure>("configure"),
                          InstanceMethod<&TorchModel::Dispose>("dispose"),
+                         InstanceMethod<&TorchModel::PrefixCacheStats>("prefixCacheStats"),
                          InstanceAccessor<&TorchModel::ExtraFiles>("extraFiles"),
                          InstanceAccessor<&TorchModel::Device>("device"),
                      });
@@ -182,6 +183,14 @@ Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
   const bool streaming = info.Length() > 1 && info[1].IsFunction();
   if (streaming) js->onTokens = Napi::Persistent(info[1].As<Napi::Function>());
   handle.Set("result", js->deferred.Promise());
+  // Read once `result` has settled (the completion letter orders the inference thread's writes).
+  handle.Set("cachedTokens", Napi::Function::New(env, [job](const Napi::CallbackInfo& call) {
+    Napi::Array out = Napi::Array::New(call.Env(), job->cachedTokens.size());
+    for (size_t r = 0; r < job->cachedTokens.size(); ++r) {
+      out.Set(r, Napi::Number::New(call.Env(), static_cast<double>(job->cachedTokens[r])));
+    }
+    return out;
+  }));
   handle.Set("cancel", Napi::Function::New(env, [job](const Napi::CallbackInfo& call) {
     job->Cancel(call.Length() > 0 && call[0].IsNumber() ? call[0].As<Napi::Number>().Int64Value() : -1);
   }));
@@ -344,6 +353,15 @@ Napi::Value TorchModel::ExtraFiles(const Napi::CallbackInfo& info) {
 
 Napi::Value TorchModel::Device(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), core_->loaded().device.str());
+}
+
+Napi::Value TorchModel::PrefixCacheStats(const Napi::CallbackInfo& info) {
+  const tsn::PrefixCacheStats stats = core_->PrefixStats();
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("queriedTokens", Napi::Number::New(info.Env(), static_cast<double>(stats.queriedTokens)));
+  out.Set("hitTokens", Napi::Number::New(info.Env(), static_cast<double>(stats.hitTokens)));
+  out.Set("evictions", Napi::Number::New(info.Env(), static_cast<double>(stats.evictions)));
+  return out;
 }
 
 }  // namespace tsn

@@ -30,6 +30,7 @@ class TorchModel : public Napi::ObjectWrap<TorchModel> {
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   Napi::Value ExtraFiles(const Napi::CallbackInfo& info);
   Napi::Value Device(const Napi::CallbackInfo& info);
+  Napi::Value PrefixCacheStats(const Napi::CallbackInfo& info);
 
   // An answer is owed: keep the event loop and this wrapper alive until Settle.
   void Hold(Napi::Env env);

@@ -31,7 +31,7 @@ void Generation::WaitForSignal(uint64_t seen, std::chrono::microseconds timeout)
 }
 
 Generation::Generation(std::vector<GenerateRow> rows)
-    : outputs(rows.size()), rows_(std::move(rows)), cancelled_(new std::atomic<bool>[rows_.size()]) {
+    : outputs(rows.size()), cachedTokens(rows.size(), 0), rows_(std::move(rows)), cancelled_(new std::atomic<bool>[rows_.size()]) {
   for (size_t i = 0; i < rows_.size(); ++i) {
     cancelled_[i].store(false);
     wantsLogprobs_ = wantsLogprobs_ || rows_[i].sampling.logprobs >= 0;

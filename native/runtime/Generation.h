@@ -71,6 +71,8 @@ class Generation {
   // Written by the inference thread before the completion letter is posted; read by JS
   // after it is delivered (the mailbox orders the two).
   std::vector<std::vector<int32_t>> outputs;
+  // Per row: prompt positions whose keys and values came from the prefix cache.
+  std::vector<int64_t> cachedTokens;
   bool failed = false;
   ErrorInfo error;
 

@@ -16,6 +16,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     RuntimeChoice choice = ChooseRuntime(loaded_, request);
     stepper_ = std::move(choice.stepper);
     decode_ = decode;
+    prefix_.Resize(0);
     GenerateRow row;
     row.prompt.assign(8, warmupToken);
     row.maxNewTokens = 3;
@@ -43,7 +44,7 @@ void ModelCore::Serve(const std::shared_ptr<ScheduledJob>& first) {
     first->complete();
     return;
   }
-  Scheduler(*stepper_, decode_).Serve(first, [this] {
+  Scheduler(*stepper_, decode_, &prefix_).Serve(first, [this] {
     auto next = std::static_pointer_cast<ScheduledJob>(thread_->TakeBatchable());
     if (next) Track(next->generation, true);
     return next;

@@ -11,6 +11,7 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Generation.h"
 #include "runtime/InferenceThread.h"
+#include "runtime/PrefixCache.h"
 #include "runtime/Runtime.h"
 #include "runtime/Scheduler.h"
 #include "steppers/Stepper.h"
@@ -43,6 +44,9 @@ class ModelCore {
   void Track(const std::shared_ptr<Generation>& job, bool running);
   void CancelAll();
 
+  // Any thread: the prefix cache's running totals.
+  PrefixCacheStats PrefixStats() const { return prefix_.Stats(); }
+
   // JS thread, after the inference thread has exited: releases the model.
   void Release();
 
@@ -53,6 +57,7 @@ class ModelCore {
   // Inference thread only:
   std::unique_ptr<Stepper> stepper_;
   DecodeSettings decode_;
+  PrefixCache prefix_;  // which slots hold which prompt prefixes (counters: any thread)
   std::mutex jobsMutex_;  // guards jobs_
   std::set<std::shared_ptr<Generation>> jobs_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <tuple>
 
 #include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
@@ -18,8 +19,12 @@ std::vector<int64_t> Tail(const std::vector<int64_t>& tokens, int64_t count) {
 
 }  // namespace
 
-Scheduler::Scheduler(Stepper& stepper, const DecodeSettings& settings)
-    : stepper_(stepper), settings_(settings), policy_(settings.stepTokens, settings.prefillPerDecode), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
+Scheduler::Scheduler(Stepper& stepper, const DecodeSettings& settings, PrefixCache* prefix)
+    : stepper_(stepper),
+      prefix_(prefix && settings.prefixCache && stepper.AddressableSlots() && stepper.CanCopyRows() && stepper.RetainsCache()
+                  ? prefix
+                  : nullptr),
+      settings_(settings), policy_(settings.stepTokens, settings.prefillPerDecode), half_(std::max<int64_t>(1, settings.contextLength / 2)) {}
 
 void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more) {
   const bool continuous = stepper_.AddressableSlots();
@@ -37,6 +42,7 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
           stepper_.Begin(capacity);
           slots_.clear();
           slots_.resize(capacity);
+          if (prefix_) prefix_->Resize(static_cast<size_t>(capacity));
         }
         if (!Admit(waiting.front())) break;
         waiting.pop_front();
@@ -79,11 +85,12 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
 bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
   const auto& specs = job->generation->rows();
   std::vector<size_t> free;
-  for (size_t s = 0; s < slots_.size() && free.size() < specs.size(); ++s) {
+  for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s]) free.push_back(s);
   }
   if (free.size() < specs.size()) return false;
   remaining_.emplace_back(job, specs.size());
+  std::vector<size_t> placed(specs.size());
   for (size_t r = 0; r < specs.size(); ++r) {
     const GenerateRow& spec = specs[r];
     auto row = std::make_unique<Row>();
@@ -102,18 +109,28 @@ bool Scheduler::Admit(const std::shared_ptr<ScheduledJob>& job) {
       row->penalties->prompt.insert(spec.prompt.begin(), spec.prompt.end());
     }
     const int64_t source = spec.sharesPrefillWith;
+    size_t slot;
     if (source >= 0 && source < static_cast<int64_t>(r) && stepper_.CanCopyRows() &&
         specs[source].prompt == spec.prompt && specs[source].sharesPrefillWith < 0) {
-      row->prefillFrom = slots_[free[source]].get();
+      row->prefillFrom = slots_[placed[source]].get();
       row->feed.clear();
+      slot = TakeFreeSlot(free);
+    } else {
+      slot = PlaceWithPrefix(*row, free);
     }
-    slots_[free[r]] = std::move(row);
+    placed[r] = slot;
+    slots_[slot] = std::move(row);
   }
   return true;
 }
 
 void Scheduler::Finish(size_t slot) {
   std::shared_ptr<ScheduledJob> job = slots_[slot]->job;
+  const Row& done = *slots_[slot];
+  ReleaseDependents(done);
+  if (prefix_ && Positional(done) && done.position > 0) {
+    prefix_->Remember(slot, std::vector<int64_t>(done.history.begin(), done.history.begin() + done.position));
+  }
   for (auto& other : slots_) {
     // A row that was to copy this one's prefill (cancelled before its first step) computes
     // its own: its history still holds its prompt window.
@@ -135,6 +152,7 @@ void Scheduler::Finish(size_t slot) {
 }
 
 void Scheduler::FailAll(const ErrorInfo& error) {
+  if (prefix_) prefix_->Clear();  // a failed step may have written any slot
   for (auto& slot : slots_) slot.reset();
   auto failed = std::move(remaining_);
   remaining_.clear();
@@ -146,6 +164,7 @@ void Scheduler::FailAll(const ErrorInfo& error) {
 }
 
 void Scheduler::Step() {
+  CopyReadyPrefixes();
   std::vector<size_t> active;
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (slots_[s]) active.push_back(s);
@@ -182,7 +201,8 @@ void Scheduler::Step() {
     for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
     posData[s] = row.position;
     lenData[s] = n;
-    if (row.prefillFrom || row.held.defined()) continue;  // waits for its source's prefill (below) or its mask
+    // Waits for its source's prefill (below), a running row's prefix, or its mask.
+    if (row.prefillFrom || row.prefixFrom || row.held.defined()) continue;
     if (n == static_cast<int64_t>(row.feed.size())) {
       sampling.push_back(s);
     } else if (n > 0) {
@@ -293,6 +313,7 @@ void Scheduler::Accept(size_t s, const SampledToken& sampled) {
   row.history.push_back(token);
   if (row.position >= settings_.contextLength) {
     // The cache is full: start over from the most recent half of the context.
+    ReleaseDependents(row);
     row.feed = Tail(row.history, half_);
     row.history = row.feed;
     row.position = 0;
@@ -321,6 +342,102 @@ void Scheduler::CopyPrefills(const std::vector<size_t>& active) {
     // cache now holds its whole feed.
     row.position = source.position + static_cast<int64_t>(source.feed.size());
     row.history = source.history;
+    Generation& generation = *row.job->generation;
+    generation.cachedTokens[row.index] = generation.cachedTokens[source.index];
+  }
+}
+
+bool Scheduler::Positional(const Row& row) {
+  // Between steps history holds the cached positions and the pending feed; right after a row
+  // samples its last token (Finish), only the cached ones.
+  const auto size = static_cast<int64_t>(row.history.size());
+  return !row.prefillFrom && !row.prefixFrom && size >= row.position &&
+         size <= row.position + static_cast<int64_t>(row.feed.size());
+}
+
+size_t Scheduler::TakeFreeSlot(std::vector<size_t>& free) {
+  // Busy slots stay within a few of the highest busy one where idle slots cost compute.
+  constexpr int64_t kSpread = 4;
+  int64_t highestBusy = -1;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s]) highestBusy = static_cast<int64_t>(s);
+  }
+  const bool compact = stepper_.IdleSlotsCost();
+  auto key = [&](size_t s) {
+    const bool far = compact && static_cast<int64_t>(s) > highestBusy + kSpread;
+    const bool cached = prefix_ && prefix_->Holds(s);
+    return std::make_tuple(far, far ? s : 0, cached, cached ? prefix_->LastUse(s) : s);
+  };
+  auto best = std::min_element(free.begin(), free.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  const size_t slot = *best;
+  free.erase(best);
+  if (prefix_) prefix_->Forget(slot, true);
+  return slot;
+}
+
+size_t Scheduler::PlaceWithPrefix(Row& row, std::vector<size_t>& free) {
+  if (!prefix_) return TakeFreeSlot(free);
+  const std::vector<int64_t>& window = row.history;
+  const int64_t limit = static_cast<int64_t>(window.size()) - 1;  // the last token is fed for its logits
+  const PrefixMatch idle = prefix_->Longest(window, limit, free);
+  const Row* running = nullptr;
+  int64_t runningLength = 0;
+  for (const auto& other : slots_) {
+    if (!other || !(Positional(*other) || other->prefillFrom || other->prefixFrom)) continue;
+    const int64_t length = CommonPrefix(other->history, window, limit);
+    // Ties go to the row that has already computed more of it.
+    if (length >= PrefixCache::kMinReuse &&
+        (length > runningLength || (length == runningLength && other->position > running->position))) {
+      running = other.get();
+      runningLength = length;
+    }
+  }
+  if (idle.length > 0 && idle.length >= runningLength) {
+    // The idle slot holding it becomes this row's: nothing to copy.
+    const size_t slot = static_cast<size_t>(idle.slot);
+    free.erase(std::find(free.begin(), free.end(), slot));
+    prefix_->Forget(slot, false);
+    ReusePrefix(row, slot, nullptr, idle.length);
+    return slot;
+  }
+  const size_t slot = TakeFreeSlot(free);
+  if (runningLength == 0) {
+    ReusePrefix(row, slot, nullptr, 0);
+  } else if (running->position >= runningLength) {
+    ReusePrefix(row, slot, running, runningLength);
+  } else {
+    row.prefixFrom = running;
+    row.prefixLength = runningLength;
+    row.feed.clear();
+  }
+  return slot;
+}
+
+void Scheduler::ReusePrefix(Row& row, size_t slot, const Row* source, int64_t length) {
+  if (source && length > 0) stepper_.CopyRow(static_cast<int64_t>(SlotOf(source)), static_cast<int64_t>(slot), length);
+  row.prefixFrom = nullptr;
+  row.prefixLength = 0;
+  row.position = length;
+  row.feed.assign(row.history.begin() + length, row.history.end());
+  row.job->generation->cachedTokens[row.index] = length;
+  prefix_->CountQuery(static_cast<int64_t>(row.history.size()), length);
+}
+
+void Scheduler::ReleaseDependents(const Row& source) {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    Row* row = slots_[s].get();
+    if (!row || row->prefixFrom != &source) continue;
+    const int64_t length = Positional(source) ? std::min(row->prefixLength, source.position) : 0;
+    ReusePrefix(*row, s, &source, length >= PrefixCache::kMinReuse ? length : 0);
+  }
+}
+
+void Scheduler::CopyReadyPrefixes() {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    Row* row = slots_[s].get();
+    if (row && row->prefixFrom && row->prefixFrom->position >= row->prefixLength) {
+      ReusePrefix(*row, s, row->prefixFrom, row->prefixLength);
+    }
   }
 }
 

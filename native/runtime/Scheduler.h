@@ -2,9 +2,11 @@
 // decode, per-row limits, end-of-sequence and cancellation, and the long-sequence policy of
 // docs/checkpoint.md. On a runtime whose cache slots are addressable (both built-in ones:
 // the native steppers, through DecoderStepper, and ScriptStepper) it batches continuously:
-// jobs that arrive while others decode join at the next step in free slots (lowest first, so
-// a TorchScript step can leave the idle top of the cache out), and each job completes as soon
-// as its own rows are done.
+// jobs that arrive while others decode join at the next step in free slots (low ones first
+// where idle slots cost compute, so a TorchScript step can leave the idle top of the cache
+// out), and each job completes as soon as its own rows are done. With a PrefixCache, a new
+// row starts from the longest prefix of its prompt that an idle cached slot or a running row
+// holds (PrefixCache.h; Admit's helpers TakeFreeSlot, PlaceWithPrefix, ReusePrefix).
 // Prompts are fed in chunks under StepPolicy's per-step token budget, interleaved with the
 // running rows' decode steps. A runtime with a batch-bound cache would run one job at a time
 // and compact finished rows out of it.
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "runtime/Generation.h"
+#include "runtime/PrefixCache.h"
 #include "runtime/Sampler.h"
 #include "runtime/StepPolicy.h"
 #include "steppers/Stepper.h"
@@ -31,6 +34,9 @@ struct DecodeSettings {
   int64_t stepTokens = kDefaultStepTokens;
   // While rows decode, prompt tokens per decoding row in a step; <= 0: no such limit.
   int64_t prefillPerDecode = kDefaultPrefillPerDecode;
+  // Automatic prefix caching (SERVICE_PREFIX_CACHE): rows start from the longest cached
+  // prefix of their prompt window.
+  bool prefixCache = true;
 
   static constexpr int64_t kDefaultStepTokens = 256;
   static constexpr int64_t kDefaultPrefillPerDecode = 2;
@@ -60,7 +66,8 @@ using MoreJobs = std::function<std::shared_ptr<ScheduledJob>()>;
 
 class Scheduler {
  public:
-  Scheduler(Stepper& stepper, const DecodeSettings& settings);
+  // `prefix`: the model's prefix cache index (outlives the Scheduler); null: no prefix reuse.
+  Scheduler(Stepper& stepper, const DecodeSettings& settings, PrefixCache* prefix = nullptr);
 
   // Serves `first` and, between steps, the jobs `more` hands over (addressable runtimes
   // only), until every job taken is complete. Never throws: failures complete their jobs.
@@ -86,6 +93,10 @@ class Scheduler {
     bool constrained = false;
     std::vector<int32_t> mask;
     at::Tensor held;  // defined while the row waits for its mask
+    // Set while this row waits for a running row (another job's, same prompt prefix) to have
+    // computed positions 0..prefixLength-1, which it then copies; it feeds nothing meanwhile.
+    const Row* prefixFrom = nullptr;
+    int64_t prefixLength = 0;
     const SamplingSettings& sampling() const { return job->generation->rows()[index].sampling; }
   };
 
@@ -105,7 +116,24 @@ class Scheduler {
   void CopyPrefills(const std::vector<size_t>& active);
   size_t SlotOf(const Row* row) const;
 
+  // Prefix caching (PrefixCache.h). A free slot for a row: uncached ones first (low ones
+  // when idle slots cost compute), else the least recently used cached one (evicted).
+  size_t TakeFreeSlot(std::vector<size_t>& free);
+  // Places a new row: on the idle cached slot holding the longest prefix of its prompt
+  // window, or on a free slot with a copy of a running row's prefix (now, or once that row
+  // has computed it). Returns the slot.
+  size_t PlaceWithPrefix(Row& row, std::vector<size_t>& free);
+  // Row starts at position `length` from a copy of `source`'s first `length` positions.
+  void ReusePrefix(Row& row, size_t slot, const Row* source, int64_t length);
+  // Rows waiting for `source`'s prefix take what it has computed (it finishes or shifts).
+  void ReleaseDependents(const Row& source);
+  // Before a step: waiting rows whose source has computed their prefix copy it.
+  void CopyReadyPrefixes();
+  // A row's slot holds history[0..position) (false while a copy is pending).
+  static bool Positional(const Row& row);
+
   Stepper& stepper_;
+  PrefixCache* prefix_;  // null: prefix caching off (or a runtime that cannot keep slots)
   DecodeSettings settings_;
   StepPolicy policy_;
   int64_t half_;

@@ -79,6 +79,10 @@ void DecoderStepper::CopyRow(int64_t from, int64_t to) {
   cache_.CopySlot(static_cast<int>(from), static_cast<int>(to));
 }
 
+void DecoderStepper::CopyRow(int64_t from, int64_t to, int64_t positions) {
+  cache_.CopySlot(static_cast<int>(from), static_cast<int>(to), static_cast<int>(positions));
+}
+
 at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
   const int slots = static_cast<int>(idx.size(0));
   if (slots != cache_.slots()) throw CodedError(ErrorCode::kInference, "step batch does not match the cache");

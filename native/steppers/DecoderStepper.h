@@ -29,6 +29,8 @@ class DecoderStepper : public Stepper {
   int64_t CacheBytesPerRow() const override { return cache_.BytesPerSlot(); }
   bool CanCopyRows() const override { return true; }
   void CopyRow(int64_t from, int64_t to) override;
+  void CopyRow(int64_t from, int64_t to, int64_t positions) override;
+  bool RetainsCache() const override { return true; }
   void End() override {}
 
  protected:

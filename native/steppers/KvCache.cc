@@ -1,5 +1,6 @@
 #include "steppers/KvCache.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tsn {
@@ -60,6 +61,19 @@ void KvCache::CopySlot(int from, int to) {
   for (int layer = 0; layer < layers_; ++layer) {
     std::memcpy(At(keys_, layer, to, 0), At(keys_, layer, from, 0), perSlot);
     std::memcpy(At(values_, layer, to, 0), At(values_, layer, from, 0), perSlot);
+  }
+}
+
+void KvCache::CopySlot(int from, int to, int positions) {
+  if (from == to) return;
+  positions = std::min(std::max(positions, 0), contextPad_);
+  const size_t keyBytes = static_cast<size_t>((positions + 15) / 16) * 16 * headDim_ * elementBytes_;
+  const size_t valueBytes = static_cast<size_t>(positions) * headDim_ * elementBytes_;
+  for (int layer = 0; layer < layers_; ++layer) {
+    for (int head = 0; head < heads_; ++head) {
+      std::memcpy(At(keys_, layer, to, head), At(keys_, layer, from, head), keyBytes);
+      std::memcpy(At(values_, layer, to, head), At(values_, layer, from, head), valueBytes);
+    }
   }
 }
 

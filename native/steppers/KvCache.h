@@ -22,6 +22,8 @@ class KvCache {
   void Put(int layer, int slot, int head, int p, const float* key, const float* value);
   // Makes slot `to` a copy of slot `from` (every layer, head and position).
   void CopySlot(int from, int to);
+  // Copies positions 0..positions-1 only (whole key tiles: the rest of the last tile too).
+  void CopySlot(int from, int to, int positions);
   const void* Keys(int layer, int slot, int head) const { return At(keys_, layer, slot, head); }
   const void* Values(int layer, int slot, int head) const { return At(values_, layer, slot, head); }
   WeightType type() const { return type_; }

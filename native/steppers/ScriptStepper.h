@@ -36,7 +36,12 @@ class ScriptStepper : public Stepper {
   // Shares a prompt's prefill among a request's n choices (Scheduler).
   bool CanCopyRows() const override { return true; }
   void CopyRow(int64_t from, int64_t to) override;
+  // The cache's layout beyond its batch dimension is the checkpoint's own, so a prefix copy
+  // copies the whole row.
+  using Stepper::CopyRow;
+  bool IdleSlotsCost() const override { return true; }
   // Keeps the cache for the next Begin; the destructor frees it.
+  bool RetainsCache() const override { return true; }
   void End() override {}
 
   static constexpr int64_t kMaxSlots = 256;

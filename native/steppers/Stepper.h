@@ -38,8 +38,18 @@ class Stepper {
   virtual bool CanCopyRows() const { return false; }
   // Makes slot `to`'s cache a copy of slot `from`'s (every position).
   virtual void CopyRow(int64_t from, int64_t to) { throw std::logic_error("this runtime does not copy rows"); }
-  // Frees the cache.
+  // Makes positions 0..positions-1 of slot `to` a copy of slot `from`'s (a cached prompt
+  // prefix); later positions of `to` may change too. Default: the whole row.
+  virtual void CopyRow(int64_t from, int64_t to, int64_t positions) { CopyRow(from, to); }
+  // True when idle slots below the highest busy one cost compute in a step (a TorchScript
+  // forward computes every row it is given): the Scheduler then keeps busy slots low even
+  // at the price of evicting cached prefixes.
+  virtual bool IdleSlotsCost() const { return false; }
+  // Ends a Serve; may free the cache.
   virtual void End() = 0;
+  // True when End keeps the cache and Begin with the same batch keeps its contents: what
+  // prefix caching across Serve calls needs.
+  virtual bool RetainsCache() const { return false; }
 };
 
 // What a native CPU stepper is built from: the checkpoint's module (weights by name), its

@@ -13,6 +13,12 @@ weights.
                16 bits). Written in 16 bits only (bf16 checkpoint, f16 GGUF): its float32 files
                would take 10 GB of disk for a comparison the smaller models already make.
 
+  llama-chat-2k: a small Llama shape for scripts/bench/prefix-cache.ts: 12 layers, d=384, 6 heads
+               over 2 kv heads, SwiGLU width 1024, context 2048, tied head, with Llama 2's
+               real tokenizer (32,000 tokens, test/helpers/real_tokenizers.mjs); a float32
+               checkpoint only (no GGUF). Needs --llama-tokenizer PATH (that script's output).
+  llama-135m-chat-2k: the same with SmolLM-135M's shape (llama-135m above) at context 2048.
+
 Files already present are kept (delete the folder to rebuild). Prints the files as JSON.
 """
 
@@ -61,8 +67,43 @@ def llama_1b():
                                     tie_word_embeddings=True))
 
 
+def llama_chat_2k():
+    return random_llama(LlamaConfig(vocab_size=32000, block_size=2048, n_layer=12, n_head=6, n_kv_head=2, n_embd=384,
+                                    intermediate_size=1024, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                    tie_word_embeddings=True))
+
+
 MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16")),
           "llama-1b": (llama_1b, ("bf16",))}
+# Llama 2's tokenizer: <s> 1, </s> 2, a BOS in front of every prompt.
+LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_id": 1, "eos_token_id": 2,
+                    "pad_token_id": None, "add_bos": True}
+
+
+def llama_135m_chat_2k():
+    return random_llama(LlamaConfig(vocab_size=32000, block_size=2048, n_layer=30, n_head=9, n_kv_head=3, n_embd=576,
+                                    intermediate_size=1536, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                    tie_word_embeddings=True))
+
+
+CHAT_MODELS = {"llama-chat-2k": llama_chat_2k, "llama-135m-chat-2k": llama_135m_chat_2k}
+
+
+def write_chat_model(out_dir: str, name: str, tokenizer_path: str) -> dict:
+    path = os.path.join(out_dir, f"{name}-f32.pt")
+    if os.path.exists(path):
+        return {"f32.pt": path}
+    if not tokenizer_path:
+        raise SystemExit(f"{name} needs --llama-tokenizer PATH (node test/helpers/real_tokenizers.mjs llama PATH)")
+    torch.manual_seed(0)
+    model, cfg = CHAT_MODELS[name]()
+    config = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION,
+                  tokenizer=LLAMA2_TOKENIZER, dtype="float32")
+    with open(tokenizer_path, encoding="utf-8") as f:
+        tokenizer = f.read()
+    torch.jit.save(torch.jit.script(model.eval()), path,
+                   _extra_files={"config.json": json.dumps(config), "tokenizer.json": tokenizer})
+    return {"f32.pt": path}
 
 
 def write(out_dir: str, name: str) -> dict:
@@ -95,13 +136,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "bench", "models"))
     ap.add_argument("--models", default="gpt2-small,llama-135m,llama-1b")
+    ap.add_argument("--llama-tokenizer", default="", help="Llama 2's tokenizer.json, for llama-chat-2k")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")
     for name in names:
-        if name not in MODELS:
-            ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
-    print(json.dumps({name: write(args.out, name) for name in names}))
+        if name not in MODELS and name not in CHAT_MODELS:
+            ap.error(f"unknown model {name!r} (known: {', '.join([*MODELS, *CHAT_MODELS])})")
+    print(json.dumps({name: write_chat_model(args.out, name, args.llama_tokenizer) if name in CHAT_MODELS
+                      else write(args.out, name) for name in names}))
     return 0
 
 

@@ -74,6 +74,13 @@ export interface TorchEngineOptions {
   stepTokens?: number;
   /** While streams decode, prompt tokens a step may feed per decoding stream (at least 8); default 2; 0: no such limit. */
   prefillPerDecode?: number;
+  /**
+   * Automatic prefix caching (SERVICE_PREFIX_CACHE, docs/operations.md "Prefix caching"):
+   * a prompt that starts with tokens a finished or running row has computed (a chat's
+   * earlier turns, a shared system prompt) reuses their keys and values instead of
+   * prefilling them. Same outputs either way. Default true.
+   */
+  prefixCache?: boolean;
 }
 
 /** The KV budget when none is given: both runtimes' default on the CPU, and what capacity() counts. */
@@ -130,6 +137,7 @@ export class TorchEngine implements TextGenerationEngine {
         ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
         ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
+        prefixCache: options.prefixCache !== false,
       });
       return new TorchEngine(
         model,
@@ -236,7 +244,13 @@ export class TorchEngine implements TextGenerationEngine {
   }
 
   usage(): EngineUsage {
-    return { ...this.counts };
+    const prefix = this.model.prefixCacheStats();
+    return {
+      ...this.counts,
+      prefixCacheQueriedTokens: prefix.queriedTokens,
+      prefixCacheHitTokens: prefix.hitTokens,
+      prefixCacheEvictions: prefix.evictions,
+    };
   }
 
   /** Token ids the model is fed for a prompt (never empty). `addBos: false` for a rendered chat template. */
@@ -314,8 +328,13 @@ export class TorchEngine implements TextGenerationEngine {
     } finally {
       for (const undo of detach) undo();
     }
+    const cached = job.generation.cachedTokens();
     live.forEach((index, i) => {
-      completions[index] = { promptTokens: job.promptTokens[i]!, choices: job.rowsOf[i]!.map((row) => job.choice(row, outputs[row]!)) };
+      completions[index] = {
+        promptTokens: job.promptTokens[i]!,
+        cachedPromptTokens: cached[job.rowsOf[i]![0]!] ?? 0,
+        choices: job.rowsOf[i]!.map((row) => job.choice(row, outputs[row]!)),
+      };
     });
     return completions;
   }
@@ -347,6 +366,7 @@ export class TorchEngine implements TextGenerationEngine {
       () => {
         settled = true;
         try {
+          const cachedPromptTokens = job.generation.cachedTokens()[0] ?? 0;
           job.decoders.forEach((decoder, index) => {
             const chunk: CompletionChunk = {
               index,
@@ -354,6 +374,7 @@ export class TorchEngine implements TextGenerationEngine {
               finishReason: decoder.finishReason(),
               completionTokens: decoder.tokens,
               promptTokens: job.promptTokens[0]!,
+              cachedPromptTokens,
             };
             const logprobs = decoder.newLogprobs();
             if (logprobs) chunk.logprobs = logprobs;

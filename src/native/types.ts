@@ -75,6 +75,8 @@ export interface RawGeneration {
   cancel(row?: number): void;
   /** A constrained row's mask for its next token, once per token it produced. */
   setMask(row: number, mask: Int32Array): void;
+  /** Per row, prompt tokens served from the prefix cache; read once `result` has settled. */
+  cachedTokens(): number[];
 }
 
 /** A checkpoint following docs/checkpoint.md, with its inference thread. */
@@ -83,6 +85,8 @@ export interface RawLanguageModel extends RawModule {
   configure(settings: RawLanguageModelSettings): Promise<RawRuntimeChoice>;
   /** Queues a job on the model's inference thread. `onTokens` receives the tokens as they come. */
   generate(rows: RawGenerateRow[], onTokens: RawTokenCallback | null): RawGeneration;
+  /** The prefix cache's totals since load (counters; any time). */
+  prefixCacheStats(): { queriedTokens: number; hitTokens: number; evictions: number };
 }
 
 export interface RawLanguageModelSettings {
@@ -124,6 +128,11 @@ export interface RawLanguageModelSettings {
    * default 2; 0: prompts take all of stepTokens the decodes leave.
    */
   prefillPerDecode?: number;
+  /**
+   * Automatic prefix caching (SERVICE_PREFIX_CACHE): finished and running rows' keys and
+   * values serve later prompts that start with the same tokens. Default true.
+   */
+  prefixCache?: boolean;
 }
 
 export type KernelFamily = "avx512_bf16" | "avx512" | "avx2" | "baseline";

@@ -30,6 +30,8 @@ export interface EngineEnv {
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
   stepTokens: number | undefined;
+  /** SERVICE_PREFIX_CACHE: "on" (default) reuses cached prompt prefixes; "off" prefills every prompt whole. */
+  prefixCache: "on" | "off";
 }
 
 /** The recommender's variables. */
@@ -142,6 +144,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     torchscriptCompute: oneOf(env, "SERVICE_TORCHSCRIPT_COMPUTE", ["auto", "checkpoint", "float32"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
+    prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),
   };
 }
 

@@ -11,8 +11,8 @@ import { readEngineEnv, readRecommenderEnv, type EngineEnv } from "./config.js";
 
 /** The engine's options from its variables (the checkpoint apart). */
 export function engineOptions(settings: EngineEnv): TorchEngineOptions {
-  const { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens } = settings;
-  return { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens };
+  const { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens, prefixCache } = settings;
+  return { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens, prefixCache: prefixCache === "on" };
 }
 
 /**
@@ -20,7 +20,7 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
  * "cpu"), SERVICE_THREADS (default: the machine's cores minus one, at most 8),
  * SERVICE_RUNTIME (default "auto"), SERVICE_KERNELS (default "auto"),
  * SERVICE_TORCHSCRIPT_COMPUTE (default "auto"), SERVICE_KV_BUDGET_MB and SERVICE_STEP_TOKENS
- * (defaults: the engine's).
+ * (defaults: the engine's), SERVICE_PREFIX_CACHE (default "on").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const settings = readEngineEnv(env);

@@ -12,7 +12,7 @@ import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { ByteTokenizer } from "../../src/engine/tokenizer.js";
 import { loadAddon } from "../../src/native/binding.js";
 import type { KernelFamily } from "../../src/native/types.js";
-import type { GenerateRequest } from "../../src/types.js";
+import type { CompletionChunk, GenerateRequest } from "../../src/types.js";
 import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
 
@@ -179,6 +179,24 @@ for (const { runtime, kernels } of arms) {
       const after = engine.usage();
       expect(after.promptTokens - before.promptTokens).to.equal(5);
       expect(after.generatedTokens - before.generatedTokens).to.equal(8);
+    });
+
+    it("reports the prompt tokens the prefix cache served, whole and on every choice's last chunk, and counts them", async () => {
+      const prompt = "A prompt the cache keeps for later use. ";
+      const ask = (text: string, n = 1) => ({ prompt: text, maxNewTokens: 4, temperature: 0, topK: null, n });
+      const before = engine.usage();
+      const [first] = await engine.complete([ask(prompt)]);
+      const [second] = await engine.complete([ask(prompt)]);
+      expect(first!.cachedPromptTokens).to.equal(0);
+      expect(second!.cachedPromptTokens).to.equal(prompt.length - 1);
+      expect(second!.choices[0]!.text).to.equal(first!.choices[0]!.text);
+      const last: CompletionChunk[] = [];
+      for await (const chunk of engine.completeStream(ask(`${prompt}More.`, 2))) if (chunk.finishReason) last.push(chunk);
+      expect(last).to.have.length(2);
+      for (const chunk of last) expect(chunk.cachedPromptTokens).to.be.at.least(prompt.length);
+      const after = engine.usage();
+      expect(after.prefixCacheHitTokens! - before.prefixCacheHitTokens!).to.equal(prompt.length - 1 + last[0]!.cachedPromptTokens!);
+      expect(after.prefixCacheQueriedTokens! - before.prefixCacheQueriedTokens!).to.equal(3 * prompt.length + "More.".length);
     });
   });
 }

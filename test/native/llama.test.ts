@@ -15,6 +15,7 @@
  * native/runtime/Runtime.cc); 16-bit on the TorchScript runtime 5e-2 (it rounds every activation to
  * 16 bits; on a CPU without fast 16-bit matmuls it computes them in float32: 1e-3). At least
  * half of all steps must be compared, so a broken runtime cannot pass by parting early everywhere.
+ * Each prompt is then run again from the prefix cache, held to the same agreement.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -182,6 +183,18 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             total += c.output_ids.length;
           }
           expect(compared, `${label}: steps compared`).to.be.at.least(total / 2);
+
+          // The same prompts again start from the prefix the first run left in the cache (all
+          // but the last prompt token): the native runtime gives exactly its uncached tokens
+          // (a reused prefix is a chunk boundary, and its rows compute alike in any count), the
+          // TorchScript runtime agrees with the reference as before.
+          for (const [i, c] of checkpoint.cases.entries()) {
+            const generation = model.generate([greedy(c)], null);
+            const again = Array.from((await generation.result)[0]!);
+            expect(generation.cachedTokens(), label).to.deep.equal([c.prompt_ids.length > 8 ? c.prompt_ids.length - 1 : 0]);
+            if (runtime === "native") expect(again, `${label} (prefix cache)`).to.deep.equal(alone[i]);
+            else agreedSteps(c, again, tolerance, `${label} (prefix cache)`);
+          }
 
           const streamed: number[][] = checkpoint.cases.map(() => []);
           const batch = await model.generate(checkpoint.cases.map(greedy), (pairs) => {

@@ -72,7 +72,7 @@ export interface StreamFormat {
   /** The event of one chunk; undefined when the chunk shows nothing on this route. */
   chunk(chunk: CompletionChunk): string | undefined;
   /** Events sent before [DONE], given the token counts (a usage chunk). */
-  closing(tokens: { promptTokens: number; completionTokens: number }): string[];
+  closing(tokens: { promptTokens: number; completionTokens: number; cachedPromptTokens?: number }): string[];
   /** The event that ends a stream failing after its first byte. */
   failure(err: ServingError): string;
   /** The last bytes of a stream that ends well; default the [DONE] event. */
@@ -122,9 +122,11 @@ async function stream(generation: Generation, res: Response, request: Completion
       let last: number | undefined;
       let promptTokens = 0;
       let completionTokens = 0;
+      let cachedPromptTokens: number | undefined;
       while (!step.done) {
         const chunk = step.value;
         if (chunk.promptTokens !== undefined) promptTokens = chunk.promptTokens;
+        if (chunk.cachedPromptTokens !== undefined) cachedPromptTokens = chunk.cachedPromptTokens;
         completionTokens += chunk.completionTokens ?? 0;
         const event = format.chunk(chunk);
         if (event !== undefined) {
@@ -138,7 +140,8 @@ async function stream(generation: Generation, res: Response, request: Completion
         step = await nextStep(iterator, signal);
         if (step === ABORTED) return cancelled();
       }
-      for (const event of format.closing({ promptTokens, completionTokens })) await writeEvent(res, event, signal);
+      const tokens = cachedPromptTokens === undefined ? { promptTokens, completionTokens } : { promptTokens, completionTokens, cachedPromptTokens };
+      for (const event of format.closing(tokens)) await writeEvent(res, event, signal);
       ended = true;
       res.end(format.done ?? DONE_EVENT);
     } catch (err) {

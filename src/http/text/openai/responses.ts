@@ -7,20 +7,26 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** Present when the engine reports prefix-cache reuse: prompt tokens it did not prefill again. */
+  prompt_tokens_details?: { cached_tokens: number };
 }
 
-export function usageOf(promptTokens: number, completionTokens: number): Usage {
-  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+export function usageOf(promptTokens: number, completionTokens: number, cachedTokens?: number): Usage {
+  const usage: Usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+  if (cachedTokens !== undefined) usage.prompt_tokens_details = { cached_tokens: cachedTokens };
+  return usage;
 }
 
 export function totalUsage(completions: readonly Completion[]): Usage {
   let prompt = 0;
   let completion = 0;
+  let cached: number | undefined;
   for (const c of completions) {
     prompt += c.promptTokens;
+    if (c.cachedPromptTokens !== undefined) cached = (cached ?? 0) + c.cachedPromptTokens;
     for (const choice of c.choices) completion += choice.completionTokens;
   }
-  return usageOf(prompt, completion);
+  return usageOf(prompt, completion, cached);
 }
 
 export const newId = (prefix: "cmpl" | "chatcmpl"): string => `${prefix}-${randomUUID().replace(/-/g, "")}`;

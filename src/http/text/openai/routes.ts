@@ -259,8 +259,10 @@ async function streamChunks(
       if (!Array.isArray(out)) return dataEvent(out);
       return out.length > 0 ? out.map(dataEvent).join("") : undefined;
     },
-    closing: ({ promptTokens, completionTokens }) =>
-      includeUsage && countsTokens ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens)))] : [],
+    closing: ({ promptTokens, completionTokens, cachedPromptTokens }) =>
+      includeUsage && countsTokens
+        ? [dataEvent(format.usage(usageOf(promptTokens, completionTokens, cachedPromptTokens)))]
+        : [],
     failure: (err) => dataEvent(openAiErrorBody(err).body),
   });
 }
