@@ -1,6 +1,8 @@
 #include "runtime/Checkpoint.h"
 
 #include <filesystem>
+#include <set>
+#include <utility>
 
 #include "common/Device.h"
 #include "common/ErrorCodes.h"
@@ -71,6 +73,28 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
     }
   }
   return loaded;
+}
+
+int64_t ModuleWeightBytes(const torch::jit::Module& module) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  const auto count = [&](const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.has_storage()) return;
+    const c10::Storage& storage = tensor.storage();
+    if (seen.insert(storage.unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(storage.nbytes());
+  };
+  for (const auto& p : module.named_parameters(true)) count(p.value);
+  for (const auto& b : module.named_buffers(true)) count(b.value);
+  return bytes;
+}
+
+void ReleaseParameters(torch::jit::Module& module) {
+  for (const auto& sub : module.modules()) {
+    std::vector<std::pair<std::string, at::TensorOptions>> names;
+    for (const auto& p : sub.named_parameters(false)) names.emplace_back(p.name, p.value.options());
+    torch::jit::Module handle = sub;  // setattr is not const; the handle is the same object
+    for (const auto& [name, options] : names) handle.setattr(name, at::empty({0}, options));
+  }
 }
 
 }  // namespace tsn

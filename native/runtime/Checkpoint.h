@@ -23,4 +23,12 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 
+// Bytes of the module's parameters and buffers, each storage counted once (a tied head is
+// the embedding's storage).
+int64_t ModuleWeightBytes(const torch::jit::Module& module);
+
+// Replaces every parameter of the module and its submodules with an empty tensor of the same
+// dtype and device: the weights are freed once nothing else holds them. Buffers stay.
+void ReleaseParameters(torch::jit::Module& module);
+
 }  // namespace tsn

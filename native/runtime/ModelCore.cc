@@ -1,5 +1,7 @@
 #include "runtime/ModelCore.h"
 
+#include <malloc.h>
+
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -12,9 +14,23 @@ ModelCore::ModelCore(LoadedModel&& loaded, int threads)
 
 ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const DecodeSettings& decode,
                                      int64_t warmupToken) {
+  if (weightsReleased_) {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "the model was configured already, and the module's weights released for the native runtime: "
+                     "load the checkpoint again to configure it anew");
+  }
   try {
+    stepper_.reset();  // the previous runtime's weights go before the next one packs its own
     RuntimeChoice choice = ChooseRuntime(loaded_, request);
     stepper_ = std::move(choice.stepper);
+    if (choice.runtime == "native" && request.releaseModuleWeights) {
+      // The native runtime packed its own copy: the module's parameters are not read again.
+      ReleaseParameters(*loaded_.module);
+      weightsReleased_ = true;
+    }
+    // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
+    // in the heap; hand the free pages back so resident memory shows what is held.
+    malloc_trim(0);
     decode_ = decode;
     GenerateRow row;
     row.prompt.assign(8, warmupToken);
@@ -62,6 +78,10 @@ void ModelCore::Track(const std::shared_ptr<Generation>& job, bool running) {
 void ModelCore::CancelAll() {
   std::lock_guard<std::mutex> lock(jobsMutex_);
   for (const auto& job : jobs_) job->Cancel(-1);
+}
+
+std::pair<int64_t, int64_t> ModelCore::WeightBytes() const {
+  return {ModuleWeightBytes(*loaded_.module), stepper_ ? stepper_->WeightBytes() : 0};
 }
 
 void ModelCore::Release() {
