@@ -184,22 +184,27 @@ PackedLinear::PackedLinear(const void* weight, WeightType source, const float* b
   halves_.reset(static_cast<uint16_t*>(memory));
   std::memset(halves_.get(), 0, sizeof(uint16_t) * count);
   const auto* bits = static_cast<const uint16_t*>(weight);
-  for (int col = 0; col < n; ++col) {
-    uint16_t* panel = halves_.get() + static_cast<size_t>(col / 16) * k * 16;
-    const size_t row = static_cast<size_t>(col) * k;
-    if (type == WeightType::BF16) {
-      uint16_t* out = panel + (col % 16) * 2;
-      if (source == WeightType::BF16) {
-        for (int kk = 0; kk < k; ++kk) out[(kk / 2) * 32 + kk % 2] = bits[row + kk];
-      } else {
+  // Panel by panel, writing each in order while reading its 16 rows side by side.
+  for (int p = 0; p < panels_; ++p) {
+    uint16_t* panel = halves_.get() + static_cast<size_t>(p) * k * 16;
+    const int columns = std::min(16, n - p * 16);
+    for (int c = 0; c < columns; ++c) {
+      const size_t row = static_cast<size_t>(p * 16 + c) * k;
+      if (type == WeightType::BF16 && source == WeightType::BF16) {
+        // A bf16 pair (k, k + 1) of a row is one 32-bit word of the panel.
+        auto* out = reinterpret_cast<uint32_t*>(panel) + c;
+        uint32_t pair;
+        for (int kk = 0; kk < k; kk += 2) {
+          std::memcpy(&pair, bits + row + kk, 4);
+          out[(kk / 2) * 16] = pair;
+        }
+      } else if (type == WeightType::BF16) {
+        uint16_t* out = panel + c * 2;
         for (int kk = 0; kk < k; ++kk) out[(kk / 2) * 32 + kk % 2] = FloatToBf16(SourceValue(weight, source, row + kk));
-      }
-    } else {
-      uint16_t* out = panel + col % 16;
-      if (source == WeightType::F16) {
-        for (int kk = 0; kk < k; ++kk) out[kk * 16] = bits[row + kk];
+      } else if (source == WeightType::F16) {
+        for (int kk = 0; kk < k; ++kk) panel[kk * 16 + c] = bits[row + kk];
       } else {
-        for (int kk = 0; kk < k; ++kk) out[kk * 16] = FloatToHalf(SourceValue(weight, source, row + kk));
+        for (int kk = 0; kk < k; ++kk) panel[kk * 16 + c] = FloatToHalf(SourceValue(weight, source, row + kk));
       }
     }
   }
