@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 #include "steppers/NativeRegistry.h"
@@ -172,6 +174,10 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
       std::vector<at::Tensor> feed, expected;
       {
+        // Two calls need no optimised plan: profiling and optimising the graph cost seconds
+        // (5 s of a 135M model's load), the calls themselves milliseconds. The optimised plan
+        // of the TorchScript runtime, should it serve, is a separate one and unaffected.
+        torch::jit::GraphOptimizerEnabledGuard unoptimised(false);
         std::unique_ptr<WidenedParameters> widened;
         if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
         ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
