@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <cstring>
+#include <immintrin.h>
 #include <map>
 #include <set>
 #include <utility>
@@ -102,6 +103,28 @@ void ReleaseParameters(torch::jit::Module& module) {
 
 namespace {
 
+// F16C's conversions (round to nearest even), 8 values at a time; the tail in software.
+__attribute__((target("f16c,avx"))) void WidenHalvesF16c(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+__attribute__((target("f16c,avx"))) void NarrowHalvesF16c(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+bool HasF16c() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}
+
 // torch 1.13 widens bf16 at ~10 ns an element on one thread (measured); these loops run at
 // memory speed.
 at::Tensor Widen(const at::Tensor& half) {
@@ -113,19 +136,26 @@ at::Tensor Widen(const at::Tensor& half) {
   if (source.scalar_type() == at::kBFloat16) {
     auto* bits = reinterpret_cast<uint32_t*>(dst);
     for (int64_t i = 0; i < n; ++i) bits[i] = static_cast<uint32_t>(in[i]) << 16;
+  } else if (HasF16c()) {
+    WidenHalvesF16c(in, dst, n);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
   }
   return out;
 }
 
+// Back to 16 bits. The values were widened from them, so every conversion is exact (bf16: the
+// low half of each float is zero).
 at::Tensor Narrow(const at::Tensor& wide, c10::ScalarType type) {
   at::Tensor out = at::empty(wide.sizes(), wide.options().dtype(type));
   const float* in = wide.data_ptr<float>();
   auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t n = wide.numel();
   if (type == at::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(in[i]);
+    const auto* bits = reinterpret_cast<const uint32_t*>(in);
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(bits[i] >> 16);
+  } else if (HasF16c()) {
+    NarrowHalvesF16c(in, dst, n);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(in[i]);
   }
