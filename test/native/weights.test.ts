@@ -15,7 +15,7 @@ import { join } from "node:path";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { loadAddon } from "../../src/native/binding.js";
-import type { RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
+import type { RawGenerateRow, RawLanguageModel, RawTensor } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
 import { rejection } from "../helpers/rejection.js";
 
@@ -116,8 +116,19 @@ describe("weights held once", function () {
         const again = await rejection(model.configure({ contextLength: 64, runtime: "torchscript", dtype: checkpoint.dtype }));
         expect(again.code).to.equal("ERR_INVALID_ARGUMENT");
         expect(again.message).to.include("released");
-        // Methods that need no weights still run.
+        // Methods that need no weights still run; the forward says why it cannot.
         expect(await model.run("interface_version", [])).to.equal(1);
+        const shape = (await model.run("cache_shape", [1])) as number[];
+        const long = (values: number[]): RawTensor => ({ dtype: "int64", shape: [values.length], data: BigInt64Array.from(values.map(BigInt)) });
+        const forward = await rejection(
+          model.run("forward", [
+            { dtype: "int64", shape: [1, 1], data: BigInt64Array.from([1n]) },
+            long([0]),
+            long([1]),
+            { dtype: "float32", shape, data: new Float32Array(shape.reduce((a, b) => a * b, 1)) },
+          ]),
+        );
+        expect(forward.message).to.include("released");
       } finally {
         await model.dispose();
       }
