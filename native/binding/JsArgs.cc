@@ -166,6 +166,11 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
   if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
   request.kvBudgetBytes = budgetMb << 20;
+  Napi::Value release = settings.Get("releaseModuleWeights");
+  if (!release.IsUndefined() && !release.IsBoolean()) {
+    throw CodedError(ErrorCode::kInvalidArgument, "configure(): releaseModuleWeights must be a boolean");
+  }
+  request.releaseModuleWeights = release.IsBoolean() && release.As<Napi::Boolean>().Value();
   Napi::Value fields = settings.Get("modelConfig");
   if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
   request.threads = std::max(1, threads);

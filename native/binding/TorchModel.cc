@@ -52,6 +52,7 @@ Napi::Function TorchModel::Define(Napi::Env env) {
                          InstanceMethod<&TorchModel::Configure>("configure"),
                          InstanceMethod<&TorchModel::Dispose>("dispose"),
                          InstanceMethod<&TorchModel::PrefixCacheStats>("prefixCacheStats"),
+                         InstanceMethod<&TorchModel::WeightBytes>("weightBytes"),
                          InstanceAccessor<&TorchModel::ExtraFiles>("extraFiles"),
                          InstanceAccessor<&TorchModel::Device>("device"),
                      });
@@ -156,7 +157,11 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
       }
       settle(FromIValue((*function)(std::move(stack))), false, {});
     } catch (...) {
-      settle({}, true, CurrentError(ErrorCode::kInference));
+      ErrorInfo error = CurrentError(ErrorCode::kInference);
+      if (core->WeightsReleased()) {
+        error.message += " (the module's parameters were released once the native runtime packed its own copy)";
+      }
+      settle({}, true, error);
     }
   };
   auto abandon = [settle] { settle({}, true, {ErrorCode::kDisposed, "the model was disposed"}); };
@@ -341,6 +346,38 @@ Napi::Value TorchModel::Dispose(const Napi::CallbackInfo& info) {
       for (auto& waiter : waiters) waiter.Resolve(env.Undefined());
     });
   });
+  return deferred.Promise();
+}
+
+Napi::Value TorchModel::WeightBytes(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto deferred = Napi::Promise::Deferred::New(env);
+  auto core = core_;
+  auto mailbox = mailbox_;
+  TorchModel* self = this;
+  auto settle = [self, mailbox, deferred](bool failed, ErrorInfo error, std::pair<int64_t, int64_t> bytes) {
+    mailbox->Post([self, deferred, failed, error, bytes](Napi::Env env) {
+      if (failed) {
+        deferred.Reject(MakeError(env, error).Value());
+      } else {
+        Napi::Object out = Napi::Object::New(env);
+        out.Set("module", Napi::Number::New(env, static_cast<double>(bytes.first)));
+        out.Set("runtime", Napi::Number::New(env, static_cast<double>(bytes.second)));
+        deferred.Resolve(out);
+      }
+      self->Settle(env);
+    });
+  };
+  // On the inference thread: configure() changes what is held.
+  auto run = [core, settle] {
+    try {
+      settle(false, {}, core->WeightBytes());
+    } catch (...) {
+      settle(true, CurrentError(ErrorCode::kInference), {});
+    }
+  };
+  auto abandon = [settle] { settle(true, {ErrorCode::kDisposed, "the model was disposed"}, {}); };
+  if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {ErrorCode::kDisposed, "the model was disposed"});
   return deferred.Promise();
 }
 

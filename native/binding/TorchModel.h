@@ -28,6 +28,8 @@ class TorchModel : public Napi::ObjectWrap<TorchModel> {
   Napi::Value Generate(const Napi::CallbackInfo& info);
   Napi::Value Configure(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
+  // {module, runtime}: bytes of weights the module and the chosen runtime hold (a Promise).
+  Napi::Value WeightBytes(const Napi::CallbackInfo& info);
   Napi::Value ExtraFiles(const Napi::CallbackInfo& info);
   Napi::Value Device(const Napi::CallbackInfo& info);
   Napi::Value PrefixCacheStats(const Napi::CallbackInfo& info);

@@ -139,6 +139,28 @@ void AlignedFloats::Resize(size_t count) {
 void PackedLinear::FreeHalves::operator()(uint16_t* p) const { std::free(p); }
 
 PackedLinear::PackedLinear(const float* weight, const float* bias, int n, int k, WeightType type)
+    : PackedLinear(weight, WeightType::F32, bias, n, k, type) {}
+
+namespace {
+
+// Element (col, kk) of a row-major [n, k] weight stored as `source`, as a float.
+float SourceValue(const void* weight, WeightType source, size_t at) {
+  switch (source) {
+    case WeightType::F32: return static_cast<const float*>(weight)[at];
+    case WeightType::BF16: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(weight)[at]) << 16;
+      float value;
+      std::memcpy(&value, &bits, 4);
+      return value;
+    }
+    case WeightType::F16: return HalfToFloat(static_cast<const uint16_t*>(weight)[at]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+PackedLinear::PackedLinear(const void* weight, WeightType source, const float* bias, int n, int k, WeightType type)
     : n_(n), k_(k), panels_((n + 15) / 16), type_(type) {
   if (type != WeightType::F32 && k % 2 != 0) {
     throw CodedError(ErrorCode::kCheckpointInterface, "16-bit weights need an even input width, got " + std::to_string(k));
@@ -152,7 +174,8 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int n, int k,
     std::memset(packed_.get(), 0, sizeof(float) * count);
     for (int col = 0; col < n; ++col) {
       float* panel = packed_.get() + static_cast<size_t>(col / 16) * k * 16 + col % 16;
-      for (int kk = 0; kk < k; ++kk) panel[kk * 16] = weight[static_cast<size_t>(col) * k + kk];
+      const size_t row = static_cast<size_t>(col) * k;
+      for (int kk = 0; kk < k; ++kk) panel[kk * 16] = SourceValue(weight, source, row + kk);
     }
     return;
   }
@@ -160,16 +183,49 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int n, int k,
   if (posix_memalign(&memory, 64, std::max<size_t>(count, 32) * sizeof(uint16_t)) != 0) throw std::bad_alloc();
   halves_.reset(static_cast<uint16_t*>(memory));
   std::memset(halves_.get(), 0, sizeof(uint16_t) * count);
-  for (int col = 0; col < n; ++col) {
-    uint16_t* panel = halves_.get() + static_cast<size_t>(col / 16) * k * 16;
-    const float* row = weight + static_cast<size_t>(col) * k;
-    for (int kk = 0; kk < k; ++kk) {
-      if (type == WeightType::BF16) {
-        panel[(kk / 2) * 32 + (col % 16) * 2 + kk % 2] = FloatToBf16(row[kk]);
+  const auto* bits = static_cast<const uint16_t*>(weight);
+  // Panel by panel, writing each in order while reading its 16 rows side by side.
+  for (int p = 0; p < panels_; ++p) {
+    uint16_t* panel = halves_.get() + static_cast<size_t>(p) * k * 16;
+    const int columns = std::min(16, n - p * 16);
+    for (int c = 0; c < columns; ++c) {
+      const size_t row = static_cast<size_t>(p * 16 + c) * k;
+      if (type == WeightType::BF16 && source == WeightType::BF16) {
+        // A bf16 pair (k, k + 1) of a row is one 32-bit word of the panel.
+        auto* out = reinterpret_cast<uint32_t*>(panel) + c;
+        uint32_t pair;
+        for (int kk = 0; kk < k; kk += 2) {
+          std::memcpy(&pair, bits + row + kk, 4);
+          out[(kk / 2) * 16] = pair;
+        }
+      } else if (type == WeightType::BF16) {
+        uint16_t* out = panel + c * 2;
+        for (int kk = 0; kk < k; ++kk) out[(kk / 2) * 32 + kk % 2] = FloatToBf16(SourceValue(weight, source, row + kk));
+      } else if (source == WeightType::F16) {
+        for (int kk = 0; kk < k; ++kk) panel[kk * 16 + c] = bits[row + kk];
       } else {
-        panel[kk * 16 + col % 16] = FloatToHalf(row[kk]);
+        for (int kk = 0; kk < k; ++kk) panel[kk * 16 + c] = FloatToHalf(SourceValue(weight, source, row + kk));
       }
     }
+  }
+}
+
+void PackedLinear::Row(int row, float* out) const {
+  const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
+  const int c = row % 16;
+  switch (type_) {
+    case WeightType::F32:
+      for (int kk = 0; kk < k_; ++kk) out[kk] = packed_.get()[base + kk * 16 + c];
+      return;
+    case WeightType::BF16:
+      for (int kk = 0; kk < k_; ++kk) {
+        const uint32_t bits = static_cast<uint32_t>(halves_.get()[base + (kk / 2) * 32 + c * 2 + kk % 2]) << 16;
+        std::memcpy(out + kk, &bits, 4);
+      }
+      return;
+    case WeightType::F16:
+      for (int kk = 0; kk < k_; ++kk) out[kk] = HalfToFloat(halves_.get()[base + kk * 16 + c]);
+      return;
   }
 }
 

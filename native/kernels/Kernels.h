@@ -39,6 +39,9 @@ class PackedLinear {
   PackedLinear() = default;
   // weight: row-major [n, k], rounded to `type` (round to nearest even); bias: n values or null.
   PackedLinear(const float* weight, const float* bias, int n, int k, WeightType type = WeightType::F32);
+  // The same from a weight stored as `source` (float32 values, or bf16 / fp16 bits): a 16-bit
+  // weight packed to its own type is moved bit for bit, with no float32 copy of it on the way.
+  PackedLinear(const void* weight, WeightType source, const float* bias, int n, int k, WeightType type);
   int n() const { return n_; }
   int k() const { return k_; }
   int panels() const { return panels_; }
@@ -48,6 +51,9 @@ class PackedLinear {
   const float* bias() const { return bias_.get(); }
   // Bytes of weights a step streams through this layer.
   size_t bytes() const { return static_cast<size_t>(panels_) * k_ * 16 * (type_ == WeightType::F32 ? 4 : 2); }
+  // W[row][0 .. k) as floats: an embedding row read from a head tied to it, so the table is
+  // held once (a lookup gathers k values, a few microseconds).
+  void Row(int row, float* out) const;
 
  private:
   struct FreeHalves {

@@ -23,4 +23,34 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 
+// Bytes of the module's parameters and buffers, each storage counted once (a tied head is
+// the embedding's storage).
+int64_t ModuleWeightBytes(const torch::jit::Module& module);
+
+// While alive, the module's 16-bit parameters are float32 (converted in place, each storage
+// once, ties kept, each 16-bit tensor freed as its float32 one replaces it: at most the
+// float32 weights are held, never both). The destructor converts them back, bit for bit.
+// For running a forward in float32 without a second module.
+class WidenedParameters {
+ public:
+  explicit WidenedParameters(torch::jit::Module& module);
+  ~WidenedParameters();
+  WidenedParameters(const WidenedParameters&) = delete;
+  WidenedParameters& operator=(const WidenedParameters&) = delete;
+
+ private:
+  struct Slot {
+    torch::jit::Module owner;
+    std::string name;
+    size_t group;  // slots of one storage share a group
+  };
+  std::vector<Slot> slots_;
+  std::vector<c10::ScalarType> groupTypes_;  // each group's dtype before widening
+  void Convert(bool widen);
+};
+
+// Replaces every parameter of the module and its submodules with an empty tensor of the same
+// dtype and device: the weights are freed once nothing else holds them. Buffers stay.
+void ReleaseParameters(torch::jit::Module& module);
+
 }  // namespace tsn

@@ -1,5 +1,7 @@
 #include "runtime/ModelCore.h"
 
+#include <malloc.h>
+
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -12,16 +14,33 @@ ModelCore::ModelCore(LoadedModel&& loaded, int threads)
 
 ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const DecodeSettings& decode,
                                      int64_t warmupToken) {
+  if (weightsReleased_) {
+    throw CodedError(ErrorCode::kInvalidArgument,
+                     "the model was configured already, and the module's weights released for the native runtime: "
+                     "load the checkpoint again to configure it anew");
+  }
   try {
+    stepper_.reset();  // the previous runtime's weights go before the next one packs its own
     RuntimeChoice choice = ChooseRuntime(loaded_, request);
     stepper_ = std::move(choice.stepper);
+    if (choice.runtime == "native" && request.releaseModuleWeights) {
+      // The native runtime packed its own copy: the module's parameters are not read again.
+      ReleaseParameters(*loaded_.module);
+      weightsReleased_ = true;
+    }
+    // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
+    // in the heap; hand the free pages back so resident memory shows what is held.
+    malloc_trim(0);
     decode_ = decode;
     prefix_.Resize(0);
     GenerateRow row;
     row.prompt.assign(8, warmupToken);
     row.maxNewTokens = 3;
     row.sampling.temperature = 0;
-    for (int i = 0; i < 2; ++i) {
+    // The TorchScript forward's first two calls are slow (profiling); the native runtime's
+    // first call only touches its buffers once.
+    const int rounds = choice.runtime == "native" ? 1 : 2;
+    for (int i = 0; i < rounds; ++i) {
       auto warmup = std::make_shared<ScheduledJob>();
       warmup->generation = std::make_shared<Generation>(std::vector<GenerateRow>{row, row});
       warmup->complete = [] {};
@@ -63,6 +82,10 @@ void ModelCore::Track(const std::shared_ptr<Generation>& job, bool running) {
 void ModelCore::CancelAll() {
   std::lock_guard<std::mutex> lock(jobsMutex_);
   for (const auto& job : jobs_) job->Cancel(-1);
+}
+
+std::pair<int64_t, int64_t> ModelCore::WeightBytes() const {
+  return {ModuleWeightBytes(*loaded_.module), stepper_ ? stepper_->WeightBytes() : 0};
 }
 
 void ModelCore::Release() {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "runtime/Checkpoint.h"
 #include "runtime/Generation.h"
@@ -50,12 +51,18 @@ class ModelCore {
   // JS thread, after the inference thread has exited: releases the model.
   void Release();
 
+  // Inference thread: bytes of weights held by the module and by the chosen runtime.
+  std::pair<int64_t, int64_t> WeightBytes() const;
+  // Inference thread: whether the module's parameters were released for the native runtime.
+  bool WeightsReleased() const { return weightsReleased_; }
+
  private:
   LoadedModel loaded_;
   int threads_ = 0;  // intra-op threads asked for at load
   std::unique_ptr<InferenceThread> thread_;
   // Inference thread only:
   std::unique_ptr<Stepper> stepper_;
+  bool weightsReleased_ = false;
   DecodeSettings decode_;
   PrefixCache prefix_;  // which slots hold which prompt prefixes (counters: any thread)
   std::mutex jobsMutex_;  // guards jobs_

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 #include "steppers/NativeRegistry.h"
@@ -19,28 +21,39 @@ at::Tensor ProbeTokens(int64_t rows, int64_t length) {
   return (at::arange(rows * length, at::kLong).view({rows, length}) * 37 + 11).remainder(200);
 }
 
-// Largest logit difference of the two steppers over a mixed prefill and a decode step,
-// relative to the logits' size. Both get the same rows at different positions.
-double Disagreement(Stepper& reference, Stepper& candidate, int64_t context) {
-  const int64_t first = std::min<int64_t>(9, context - 2);
+// The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
+// a decode step, in a cache of two rows: padding, positions and the cache written by the
+// prefill and read by the decode are all exercised, and a 1B model's float32 reference costs
+// a few passes over its weights. The float logits of each step (copied). `feed` holds
+// the tokens of each step: the reference records them (the decode step feeds its own argmax),
+// the candidate is fed the same.
+std::vector<at::Tensor> ProbeLogits(Stepper& stepper, int64_t context, std::vector<at::Tensor>& feed) {
+  const int64_t first = std::min<int64_t>(4, context - 2);
   const int64_t second = std::max<int64_t>(1, first / 2);
-  at::Tensor idx = ProbeTokens(2, first);
+  const bool record = feed.empty();
+  if (record) feed.push_back(ProbeTokens(2, first));
   at::Tensor pos = at::zeros({2}, at::kLong);
   at::Tensor lengths = at::tensor(std::vector<int64_t>{first, second}, at::kLong);
-  double worst = 0;
-  reference.Begin(2);
-  candidate.Begin(2);
-  for (int step = 0; step < 2; ++step) {
-    at::Tensor a = reference.Step(idx, pos, lengths).to(at::kCPU).to(at::kFloat);
-    at::Tensor b = candidate.Step(idx, pos, lengths).to(at::kCPU).to(at::kFloat);
-    const double scale = std::max(1.0, a.abs().max().item<double>());
-    worst = std::max(worst, (a - b).abs().max().item<double>() / scale);
+  std::vector<at::Tensor> logits;
+  stepper.Begin(2);
+  for (size_t step = 0; step < 2; ++step) {
+    logits.push_back(stepper.Step(feed[step], pos, lengths).to(at::kCPU).to(at::kFloat).clone());
     pos = pos + lengths;
-    idx = a.argmax(1, true);
+    if (record) feed.push_back(logits.back().argmax(1, true));
     lengths = at::ones({2}, at::kLong);
   }
-  reference.End();
-  candidate.End();
+  stepper.End();
+  return logits;
+}
+
+// Largest logit difference of two probes, relative to the reference logits' size.
+double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<at::Tensor>& candidate) {
+  double worst = 0;
+  for (size_t step = 0; step < reference.size(); ++step) {
+    const at::Tensor& a = reference[step];
+    const double scale = std::max(1.0, a.abs().max().item<double>());
+    worst = std::max(worst, (a - candidate[step]).abs().max().item<double>() / scale);
+  }
   return worst;
 }
 
@@ -94,16 +107,16 @@ std::shared_ptr<torch::jit::Module> FloatCopy(const LoadedModel& model) {
   return copy;
 }
 
-// The TorchScript runtime's stepper (over `wide`, a float32 copy of the module, when it
-// computes in float32 and one was already made), saying so in `note`.
+// The TorchScript runtime's stepper (over a float32 copy of the module when it computes in
+// float32), saying so in `note`.
 std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const RuntimeRequest& request,
-                                                 std::string& note, std::shared_ptr<torch::jit::Module> wide = nullptr) {
+                                                 std::string& note) {
   if (!ScriptWidens(model, request)) {
     return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
   }
   note += std::string(note.empty() ? "" : "; ") + "it computes the " + c10::toString(request.dtype) +
           " checkpoint in float32" + (request.scriptCompute == "float32" ? "" : " (this CPU has no fast 16-bit matmuls)");
-  return std::make_unique<ScriptStepper>(wide ? wide : FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
+  return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
 }
 
 }  // namespace
@@ -154,14 +167,26 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
   } else {
     try {
       const KernelSet& kernels = SelectKernels(request.kernels);
-      auto native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
       const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
       const bool sixteen = request.dtype != at::kFloat;
-      // 16-bit checkpoints are checked against their forward run in float32 (kTolerance16).
-      std::shared_ptr<torch::jit::Module> wideModule = sixteen ? FloatCopy(model) : nullptr;
-      auto reference = sixteen ? std::make_unique<ScriptStepper>(wideModule, model.device, at::kFloat)
-                               : std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
-      const double disagreement = Disagreement(*reference, *native, context);
+      // The reference logits come first, so nothing of the reference is alive while the native
+      // weights are packed. A 16-bit checkpoint is checked against its forward run in float32
+      // (kTolerance16) on the same weights: its parameters are widened in place for the probe
+      // and narrowed back after it (exactly), so a float32 copy of the module is never held
+      // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
+      std::vector<at::Tensor> feed, expected;
+      {
+        // Two calls need no optimised plan: profiling and optimising the graph cost seconds
+        // (5 s of a 135M model's load), the calls themselves milliseconds. The optimised plan
+        // of the TorchScript runtime, should it serve, is a separate one and unaffected.
+        torch::jit::GraphOptimizerEnabledGuard unoptimised(false);
+        std::unique_ptr<WidenedParameters> widened;
+        if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
+        ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
+        expected = ProbeLogits(reference, context, feed);
+      }
+      auto native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+      const double disagreement = Disagreement(expected, ProbeLogits(*native, context, feed));
       if (disagreement <= (sixteen ? kTolerance16 : kTolerance32)) {
         RuntimeVerdict verdict;
         if (request.runtime == "native") {
@@ -170,9 +195,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
           verdict = DecideRuntime(kernels.name, RuntimeTimings{});
         } else {
           std::string note;
-          std::unique_ptr<ScriptStepper> candidate = sixteen ? MakeScriptStepper(model, request, note, wideModule)
-                                                             : std::move(reference);
-          reference.reset();
+          std::unique_ptr<ScriptStepper> candidate = MakeScriptStepper(model, request, note);
           RuntimeTimings timings;
           timings.native = TimeWorkload(*native);
           timings.script = TimeWorkload(*candidate);

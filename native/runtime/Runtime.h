@@ -24,6 +24,10 @@ struct RuntimeRequest {
   // "checkpoint" (its own dtype) or "float32".
   std::string scriptCompute = "auto";
   int64_t kvBudgetBytes = 0;      // cache budget (SERVICE_KV_BUDGET_MB); 0: each runtime's default
+  // Once the native runtime is chosen, release the module's parameters (it has packed its own
+  // copy), so the weights are held once. The module's forward cannot run after that, nor can
+  // the model be configured again.
+  bool releaseModuleWeights = false;
   ModelFields fields;             // config.json, flattened
   int threads = 1;
 };

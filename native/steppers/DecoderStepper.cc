@@ -30,7 +30,7 @@ DecoderStepper::DecoderStepper(const NativeContext& context, const char* archite
       architecture_(architecture),
       kvBudgetBytes_(context.kvBudgetBytes > 0 ? context.kvBudgetBytes : 256LL << 20) {
   for (const auto& p : context.module.named_parameters(true)) {
-    weights_[p.name] = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    weights_[p.name] = p.value.detach().to(at::kCPU).contiguous();
   }
 }
 
@@ -61,9 +61,32 @@ void DecoderStepper::Mismatch(const std::string& what) const {
                    std::string("not the ") + architecture_ + " parameter layout for the native runtime: " + what);
 }
 
+bool DecoderStepper::Shared(const at::Tensor& a, const at::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
 std::vector<float> DecoderStepper::Copy(const at::Tensor& tensor) {
-  const float* data = tensor.data_ptr<float>();
-  return std::vector<float>(data, data + tensor.numel());
+  const at::Tensor floats = tensor.to(at::kFloat).contiguous();
+  const float* data = floats.data_ptr<float>();
+  heldBytes_ += static_cast<int64_t>(floats.numel() * sizeof(float));
+  return std::vector<float>(data, data + floats.numel());
+}
+
+PackedLinear DecoderStepper::Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type) {
+  at::Tensor source = weight.contiguous();
+  WeightType sourceType = WeightType::F32;
+  if (source.scalar_type() == at::kBFloat16) {
+    sourceType = WeightType::BF16;
+  } else if (source.scalar_type() == at::kHalf) {
+    sourceType = WeightType::F16;
+  } else if (source.scalar_type() != at::kFloat) {
+    source = source.to(at::kFloat);
+  }
+  const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
+  PackedLinear packed(source.data_ptr(), sourceType, floatBias.defined() ? floatBias.data_ptr<float>() : nullptr,
+                      static_cast<int>(source.size(0)), static_cast<int>(source.size(1)), type);
+  heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
+  return packed;
 }
 
 void DecoderStepper::Begin(int64_t batch) {

@@ -27,6 +27,7 @@ class DecoderStepper : public Stepper {
   // As many slots as fit in the KV budget (256 MiB by default; at least 8, at most 64).
   int64_t SlotBudget() const override;
   int64_t CacheBytesPerRow() const override { return cache_.BytesPerSlot(); }
+  int64_t WeightBytes() const override { return heldBytes_; }
   bool CanCopyRows() const override { return true; }
   void CopyRow(int64_t from, int64_t to) override;
   void CopyRow(int64_t from, int64_t to, int64_t positions) override;
@@ -47,14 +48,21 @@ class DecoderStepper : public Stepper {
   // keys and values in `cacheType` (the checkpoint's dtype).
   void SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context, WeightType cacheType);
 
-  // The checkpoint's parameters by name, as contiguous float32 CPU tensors; a -1 in `shape`
-  // matches any size.
+  // The checkpoint's parameters by name: the module's own CPU tensors in their own dtype (no
+  // copy is made; packing reads them as they are); a -1 in `shape` matches any size.
   const at::Tensor& Need(const std::string& name, std::vector<int64_t> shape) const;
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
+  // Whether two parameters are one tensor (a head tied to the embedding).
+  static bool Shared(const at::Tensor& a, const at::Tensor& b);
   // Throws CodedError(ERR_CHECKPOINT_INTERFACE) naming the architecture and `what`.
   [[noreturn]] void Mismatch(const std::string& what) const;
-  static std::vector<float> Copy(const at::Tensor& tensor);
-  // Frees the float32 copies once the packed weights are built.
+  // A small tensor (norms, biases, position tables) as floats, counted in WeightBytes().
+  std::vector<float> Copy(const at::Tensor& tensor);
+  // A weight [n, k] (float32, bf16 or fp16) and optional bias [n] packed as `type`, counted in
+  // WeightBytes(); a 16-bit weight is packed from its own bits, never through a float32 copy.
+  PackedLinear Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type);
+  // Lets go of the module's tensors once the packed weights are built: the runtime then
+  // holds no reference to them, and releasing the module's parameters frees them.
   void DropWeights() { weights_.clear(); }
 
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
@@ -88,6 +96,7 @@ class DecoderStepper : public Stepper {
   const char* architecture_;
   int64_t kvBudgetBytes_;
   std::map<std::string, at::Tensor> weights_;
+  int64_t heldBytes_ = 0;  // packed weights and float tables built from the checkpoint
   AlignedFloats last_;   // [segments][vocab]: logits of each segment's last token
   at::Tensor logits_;    // [slots][vocab], reused while nobody else holds it
 };

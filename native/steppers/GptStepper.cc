@@ -28,11 +28,9 @@ GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "
   SetShape(layers, heads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), static_cast<int>(positions), type);
 
   const auto pack = [&](const std::string& prefix, int64_t n, int64_t k) {
-    const at::Tensor& weight = Need(prefix + ".weight", {n, k});
-    const float* bias = Has(prefix + ".bias") ? Need(prefix + ".bias", {n}).data_ptr<float>() : nullptr;
-    return PackedLinear(weight.data_ptr<float>(), bias, static_cast<int>(n), static_cast<int>(k), type);
+    return Pack(Need(prefix + ".weight", {n, k}), Has(prefix + ".bias") ? Need(prefix + ".bias", {n}) : at::Tensor(),
+                type);
   };
-  wte_ = Copy(wte);
   wpe_ = Copy(Need("wpe.weight", {positions, d}));
   for (int l = 0; l < layers; ++l) {
     const std::string p = "blocks." + std::to_string(l);
@@ -49,8 +47,10 @@ GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "
   }
   lnfGamma_ = Copy(Need("ln_f.weight", {d}));
   lnfBeta_ = Copy(Need("ln_f.bias", {d}));
-  const at::Tensor& head = Has("lm_head.weight") ? Need("lm_head.weight", {vocab, d}) : wte;
-  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
+  // A tied head (GPT-2's) is the token embedding table too (Embed reads its rows): held once.
+  tied_ = !Has("lm_head.weight") || Shared(Need("lm_head.weight", {vocab, d}), wte);
+  head_ = Pack(tied_ ? wte : Need("lm_head.weight", {vocab, d}), {}, type);
+  if (!tied_) wte_ = Pack(wte, {}, type);
   DropWeights();
 }
 
@@ -67,9 +67,9 @@ void GptStepper::Reserve(int rows) {
 }
 
 void GptStepper::Embed(int64_t token, int position, float* row) const {
-  const float* te = wte_.data() + token * embd_;
+  (tied_ ? head_ : wte_).Row(static_cast<int>(token), row);
   const float* pe = wpe_.data() + static_cast<size_t>(position) * embd_;
-  for (int i = 0; i < embd_; ++i) row[i] = te[i] + pe[i];
+  for (int i = 0; i < embd_; ++i) row[i] += pe[i];
 }
 
 void GptStepper::FinalNorm(const float* x, float* out) const {

@@ -32,7 +32,9 @@ class GptStepper : public DecoderStepper {
   int heads_ = 0, headDim_ = 0;
   Epilogue gelu_ = Epilogue::GeluTanh;
   float eps_ = 1e-5f;
-  std::vector<float> wte_, wpe_, lnfGamma_, lnfBeta_;
+  bool tied_ = true;   // the head is the token embedding table
+  PackedLinear wte_;   // the token embedding table when the head is not tied to it
+  std::vector<float> wpe_, lnfGamma_, lnfBeta_;
   std::vector<Layer> blocks_;
   AlignedFloats qkvOut_, attn_, hidden_;  // activations of one step
 };

@@ -1,7 +1,6 @@
 #include "steppers/LlamaStepper.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "steppers/NativeRegistry.h"
 
@@ -48,40 +47,38 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   SetShape(layers, kvHeads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), positions, type);
 
   const int64_t qWidth = heads_ * headDim_, kvWidth = kvHeads_ * headDim_, hidden = hidden_;
-  embed_ = Copy(embed);
   for (int l = 0; l < layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer layer;
     layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
     layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
+    // Fused in the checkpoint's dtype: a 16-bit layer's transient copy is 16-bit too.
     const at::Tensor qkv = at::cat({Need(p + "q_proj.weight", {qWidth, d}), Need(p + "k_proj.weight", {kvWidth, d}),
-                                    Need(p + "v_proj.weight", {kvWidth, d})}).contiguous();
+                                    Need(p + "v_proj.weight", {kvWidth, d})});
     at::Tensor bias;
     if (Has(p + "q_proj.bias")) {
       bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
-                      Need(p + "v_proj.bias", {kvWidth})}).contiguous();
+                      Need(p + "v_proj.bias", {kvWidth})});
     }
-    layer.qkv = PackedLinear(qkv.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
-                             static_cast<int>(qkv.size(0)), embd_, type);
-    layer.o = PackedLinear(Need(p + "o_proj.weight", {d, qWidth}).data_ptr<float>(), nullptr, embd_,
-                           static_cast<int>(qWidth), type);
-    const at::Tensor gateUp = at::cat({Need(p + "gate_proj.weight", {hidden, d}),
-                                       Need(p + "up_proj.weight", {hidden, d})}).contiguous();
-    layer.gateUp = PackedLinear(gateUp.data_ptr<float>(), nullptr, 2 * hidden_, embd_, type);
-    layer.down = PackedLinear(Need(p + "down_proj.weight", {d, hidden}).data_ptr<float>(), nullptr, embd_, hidden_, type);
+    layer.qkv = Pack(qkv, bias, type);
+    layer.o = Pack(Need(p + "o_proj.weight", {d, qWidth}), {}, type);
+    layer.gateUp = Pack(at::cat({Need(p + "gate_proj.weight", {hidden, d}), Need(p + "up_proj.weight", {hidden, d})}), {}, type);
+    layer.down = Pack(Need(p + "down_proj.weight", {d, hidden}), {}, type);
     blocks_.push_back(std::move(layer));
   }
   norm_ = Copy(Need("norm.weight", {d}));
-  const at::Tensor& head = Has("lm_head.weight") ? Need("lm_head.weight", {vocab, d}) : embed;
-  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
+  // A tied head is the embedding table too (Embed reads its rows): the table is held once.
+  tied_ = !Has("lm_head.weight") || Shared(Need("lm_head.weight", {vocab, d}), embed);
+  head_ = Pack(tied_ ? embed : Need("lm_head.weight", {vocab, d}), {}, type);
+  if (!tied_) embed_ = Pack(embed, {}, type);
   DropWeights();
 
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).
   const at::Tensor freqs =
       at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
       InverseFrequencies(context.module).view({1, -1});
-  cos_ = Copy(freqs.cos().contiguous());
-  sin_ = Copy(freqs.sin().contiguous());
+  cos_ = Copy(freqs.cos());
+  sin_ = Copy(freqs.sin());
   act_.resize(team_.size());
 }
 
@@ -98,7 +95,7 @@ void LlamaStepper::Reserve(int rows) {
 }
 
 void LlamaStepper::Embed(int64_t token, int, float* row) const {
-  std::memcpy(row, embed_.data() + token * embd_, sizeof(float) * embd_);
+  (tied_ ? head_ : embed_).Row(static_cast<int>(token), row);
 }
 
 void LlamaStepper::FinalNorm(const float* x, float* out) const {

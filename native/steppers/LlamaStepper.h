@@ -37,7 +37,9 @@ class LlamaStepper : public DecoderStepper {
 
   int heads_ = 0, kvHeads_ = 0, headDim_ = 0, hidden_ = 0;
   float eps_ = 1e-6f;
-  std::vector<float> embed_, norm_;
+  bool tied_ = true;       // the head is the embedding table
+  PackedLinear embed_;     // the embedding table when the head is not tied to it
+  std::vector<float> norm_;
   std::vector<float> cos_, sin_;  // [context][headDim / 2]
   std::vector<Layer> blocks_;
   AlignedFloats qkvOut_, attn_, gateUp_;  // activations of one step

@@ -32,6 +32,9 @@ class Stepper {
   virtual int64_t SlotBudget() const { return 1; }
   // Bytes of cache one row (slot) holds at full context: what the KV budget is divided by.
   virtual int64_t CacheBytesPerRow() const = 0;
+  // Bytes of weights the stepper holds beside the module's (the native runtime's packed copy);
+  // 0 for a stepper that computes with the module's own tensors.
+  virtual int64_t WeightBytes() const { return 0; }
   // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
   virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
   // True when CopyRow works: n samples of one prompt then share one prefill.

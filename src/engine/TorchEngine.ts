@@ -134,6 +134,8 @@ export class TorchEngine implements TextGenerationEngine {
         dtype: checkpointDtype(config),
         torchscriptCompute: options.torchscriptCompute ?? "auto",
         modelConfig: config.raw,
+        // The engine never calls the module's forward itself: on the native runtime the weights are held once.
+        releaseModuleWeights: true,
         ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
         ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
@@ -241,6 +243,16 @@ export class TorchEngine implements TextGenerationEngine {
   capacity(): { maxActiveRows: number } {
     const rows = Math.floor((this.kvBudgetMb * 2 ** 20) / this.kvBytesPerRow);
     return { maxActiveRows: Math.min(MAX_ACTIVE_ROWS, Math.max(MIN_ACTIVE_ROWS, rows)) };
+  }
+
+  /**
+   * Bytes of weights held: the TorchScript module's (parameters and buffers) and the chosen
+   * runtime's own (the native runtime's packed copy). On the native runtime the module's
+   * parameters are released once packed, so the weights are held once (docs/operations.md, "Memory").
+   */
+  async weightMemory(): Promise<{ moduleBytes: number; runtimeBytes: number }> {
+    const { module, runtime } = await this.model.weightBytes();
+    return { moduleBytes: module, runtimeBytes: runtime };
   }
 
   usage(): EngineUsage {

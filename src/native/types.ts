@@ -87,6 +87,14 @@ export interface RawLanguageModel extends RawModule {
   generate(rows: RawGenerateRow[], onTokens: RawTokenCallback | null): RawGeneration;
   /** The prefix cache's totals since load (counters; any time). */
   prefixCacheStats(): { queriedTokens: number; hitTokens: number; evictions: number };
+  /**
+   * Bytes of weights the model holds, counted on its inference thread: `module`, the
+   * TorchScript module's parameters and buffers (each storage once); `runtime`, what the chosen
+   * runtime holds beside them (the native runtime's packed weights; 0 on TorchScript, which
+   * computes with the module's). Once the native runtime is chosen the module's parameters are
+   * released, so `module` drops to its small buffers.
+   */
+  weightBytes(): Promise<{ module: number; runtime: number }>;
 }
 
 export interface RawLanguageModelSettings {
@@ -110,6 +118,12 @@ export interface RawLanguageModelSettings {
    * matmuls), "checkpoint" (its own dtype) or "float32".
    */
   torchscriptCompute?: "auto" | "checkpoint" | "float32";
+  /**
+   * Once the native runtime is chosen, release the TorchScript module's parameters (the native
+   * runtime packed its own copy), so the weights are held once. Default false. After that the
+   * module's forward cannot run and configure() refuses to run again.
+   */
+  releaseModuleWeights?: boolean;
   /** config.json's scalar fields (nested objects one level down), for the native runtime. */
   modelConfig?: Record<string, unknown>;
   /**

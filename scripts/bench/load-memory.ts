@@ -1,0 +1,213 @@
+/**
+ * What loading a checkpoint costs: resident memory after load against the weights it holds,
+ * and load time against reading the file, for each checkpoint given (one per dtype, e.g. the
+ * f32, bf16 and f16 files of one shape). Targets: resident <= 1.15x the weight bytes plus the
+ * KV budget (SERVICE_KV_BUDGET_MB), load <= 2x reading the file.
+ *
+ *   node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [--runtime auto|native|torchscript]
+ *        [--kv-budget-mb 256] [--threads N] [--tokens 8]
+ *
+ * Each checkpoint loads in a child process of its own (VmRSS and VmHWM are per process), one at
+ * a time. The file is read once to warm the page cache and then timed on a second read (into a
+ * reused buffer), so both the read and the load below find it cached: the ratio compares like
+ * with like. Load time is TorchEngine.load: archive, runtime choice with its load-time check,
+ * packing and warm-up. After load, a short greedy generation proves the model still serves.
+ * Weight bytes are the tensor bytes stored in the archive (its data/ entries). Results go to
+ * .cache/bench/load-memory-latest.json.
+ */
+import { execFileSync, fork } from "node:child_process";
+import { closeSync, openSync, readSync, readFileSync, statSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { basename } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
+import { machineFacts } from "./lib/machine.js";
+import { writeResults } from "./lib/results.js";
+
+const usage = `usage: node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [options]
+  --ckpt LIST          checkpoints, comma-separated (e.g. one per dtype)
+  --runtime NAME       auto (default), native or torchscript
+  --kv-budget-mb N     KV budget (default 256, the engine's)
+  --threads N          compute threads (default cores - 1)
+  --tokens N           greedy tokens generated after load (default 8)`;
+
+interface ChildReport {
+  baselineRssBytes: number;
+  loadSeconds: number;
+  rssBytes: number;
+  hwmBytes: number;
+  runtime: string;
+  kernels?: string;
+  moduleBytes?: number;
+  runtimeBytes?: number;
+  generated: number;
+}
+
+interface Row extends ChildReport {
+  checkpoint: string;
+  dtype: string;
+  fileBytes: number;
+  weightBytes: number;
+  readSeconds: number;
+  kvBudgetBytes: number;
+  /** resident / (1.15 x weights + KV budget): <= 1 meets the target. */
+  memoryRatio: number;
+  /** load / read: <= 2 meets the target. */
+  loadRatio: number;
+}
+
+function status(): { rss: number; hwm: number } {
+  const text = readFileSync("/proc/self/status", "utf8");
+  const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN) * 1024;
+  return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
+}
+
+async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number): Promise<void> {
+  const baseline = status().rss;
+  const start = performance.now();
+  const engine = await TorchEngine.load(path, {
+    runtime: runtime as "auto" | "native" | "torchscript",
+    kvBudgetMb,
+    threads,
+  });
+  const loadSeconds = (performance.now() - start) / 1000;
+  const after = status();
+  let memory: { moduleBytes: number; runtimeBytes: number } | undefined;
+  try {
+    memory = await engine.weightMemory();
+  } catch {
+    // an addon without the query (an older build): the RSS figures still stand
+  }
+  const [text] = await engine.generateBatch([{ prompt: "The weights", maxNewTokens: tokens, temperature: 0, topK: null }]);
+  const report: ChildReport = {
+    baselineRssBytes: baseline,
+    loadSeconds,
+    rssBytes: after.rss,
+    hwmBytes: after.hwm,
+    runtime: engine.runtime,
+    ...(engine.kernels ? { kernels: engine.kernels } : {}),
+    ...(memory ?? {}),
+    generated: [...(text ?? "")].length,
+  };
+  await engine.dispose();
+  process.send!(report);
+}
+
+/** Bytes of the tensors stored in a TorchScript archive (its data/ entries; zip64 included). */
+function storedTensorBytes(path: string): number {
+  const code =
+    "import sys, zipfile\n" +
+    "print(sum(i.file_size for i in zipfile.ZipFile(sys.argv[1]).infolist() if '/data/' in i.filename))";
+  return Number(execFileSync("/usr/bin/python3", ["-c", code, path], { encoding: "utf8" }).trim());
+}
+
+function configDtype(path: string): string {
+  const code =
+    "import json, sys, zipfile\n" +
+    "z = zipfile.ZipFile(sys.argv[1])\n" +
+    "name = next(n for n in z.namelist() if n.endswith('/extra/config.json'))\n" +
+    "print(json.loads(z.read(name)).get('dtype', 'float32'))";
+  return execFileSync("/usr/bin/python3", ["-c", code, path], { encoding: "utf8" }).trim();
+}
+
+/** Seconds to read the whole file through a reused 64 MiB buffer. */
+function readSeconds(path: string): number {
+  const buffer = Buffer.allocUnsafe(64 << 20);
+  const fd = openSync(path, "r");
+  const start = performance.now();
+  try {
+    while (readSync(fd, buffer, 0, buffer.length, null) > 0) {
+      // the bytes themselves are not needed
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return (performance.now() - start) / 1000;
+}
+
+function runChild(path: string, args: string[]): Promise<ChildReport> {
+  return new Promise((resolve, reject) => {
+    const proc = fork(fileURLToPath(import.meta.url), ["--child", path, ...args], {
+      env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" },
+    });
+    let report: ChildReport | undefined;
+    proc.on("message", (message) => (report = message as ChildReport));
+    proc.on("error", reject);
+    proc.on("exit", (code) => (report ? resolve(report) : reject(new Error(`the load of ${path} exited with ${code}`))));
+  });
+}
+
+const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv[0] === "--child") {
+    const [, path, runtime, kv, threads, tokens] = argv;
+    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens));
+    return;
+  }
+  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens"]);
+  const list = stringFlag(flags, "ckpt", "");
+  if (!list) {
+    console.error(`--ckpt is required\n\n${usage}`);
+    process.exit(2);
+  }
+  const runtime = stringFlag(flags, "runtime", "auto");
+  const kvBudgetMb = numberFlag(flags, "kv-budget-mb", 256);
+  const threads = numberFlag(flags, "threads", Math.max(1, availableParallelism() - 1));
+  const tokens = numberFlag(flags, "tokens", 8);
+  const rows: Row[] = [];
+  for (const checkpoint of list.split(",")) {
+    const fileBytes = statSync(checkpoint).size;
+    const weightBytes = storedTensorBytes(checkpoint);
+    readSeconds(checkpoint); // warms the page cache
+    const read = readSeconds(checkpoint);
+    const report = await runChild(checkpoint, [runtime, String(kvBudgetMb), String(threads), String(tokens)]);
+    const kvBudgetBytes = kvBudgetMb * 2 ** 20;
+    rows.push({
+      checkpoint,
+      dtype: configDtype(checkpoint),
+      fileBytes,
+      weightBytes,
+      readSeconds: read,
+      kvBudgetBytes,
+      ...report,
+      memoryRatio: report.rssBytes / (1.15 * weightBytes + kvBudgetBytes),
+      loadRatio: report.loadSeconds / read,
+    });
+  }
+
+  console.log(`runtime ${runtime}, KV budget ${kvBudgetMb} MiB, ${threads} threads; GB = 1e9 bytes`);
+  console.log(
+    "checkpoint                    dtype     weights  module  runtime  RSS before  RSS after  HWM     x weights  target  " +
+      "read s  load s  load/read",
+  );
+  for (const row of rows) {
+    const cells = [
+      basename(row.checkpoint).padEnd(29),
+      row.dtype.padEnd(9),
+      gb(row.weightBytes).padStart(7),
+      (row.moduleBytes === undefined ? "n/a" : gb(row.moduleBytes)).padStart(6),
+      (row.runtimeBytes === undefined ? "n/a" : gb(row.runtimeBytes)).padStart(7),
+      gb(row.baselineRssBytes).padStart(10),
+      gb(row.rssBytes).padStart(9),
+      gb(row.hwmBytes).padStart(6),
+      (row.rssBytes / row.weightBytes).toFixed(2).padStart(9),
+      `${row.memoryRatio.toFixed(2)}${row.memoryRatio <= 1 ? " ok" : " MISS"}`.padStart(7),
+      row.readSeconds.toFixed(2).padStart(6),
+      row.loadSeconds.toFixed(2).padStart(6),
+      `${row.loadRatio.toFixed(2)}${row.loadRatio <= 2 ? " ok" : " MISS"}`.padStart(9),
+    ];
+    console.log(`${cells.join("  ")}   ${row.runtime}${row.kernels ? ` (${row.kernels})` : ""}`);
+  }
+  console.log("target: RSS after <= 1.15 x weights + KV budget (ratio <= 1), load <= 2 x read");
+  const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, rows });
+  console.log(`results: ${file}`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
