@@ -1,7 +1,7 @@
 """Export a Hugging Face model directory, as downloaded, to a serving checkpoint
 (docs/checkpoint.md), then verify it.
 
-    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0]
+    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_k_m]
         [--context N]
 
 HF_DIR holds config.json (architectures: one of architectures.json's, LlamaForCausalLM,
@@ -35,7 +35,7 @@ from .architectures import HUGGINGFACE
 from .export_gpt import ExportError
 from .gpt import GPT
 from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, quantize_llama
-from .quant import QTYPES, dequantize
+from .quant import SCHEMES as QTYPES, dequantize
 from .safetensors_io import SafetensorsError, load_model_dir
 
 SUPPORTED = tuple(HUGGINGFACE)          # Hugging Face architectures, from architectures.json
@@ -306,7 +306,7 @@ def tokenizer_entry(hf_dir: str, cfg: dict, vocab_size: int) -> Tuple[dict, str,
 def _dtype_name(cfg: dict, override: Optional[str]) -> str:
     if override is not None:
         if override not in DTYPES and override not in QTYPES:
-            raise ExportError(f"--dtype {override!r}: choose one of {', '.join(DTYPES + QTYPES)}")
+            raise ExportError(f"--dtype {override!r}: choose one of {', '.join(list(DTYPES) + list(QTYPES))}")
         return override
     name = cfg.get("torch_dtype", cfg.get("dtype")) or "float32"
     if name not in DTYPES:
@@ -413,7 +413,7 @@ def _quantize(model: LlamaLM, cfg: dict, src: StateDict, arch: str, context: Opt
     for name in quantize_llama(model, qtype):
         module = model.get_submodule(name[:-len(".weight")])
         k = module.in_features if hasattr(module, "in_features") else module.embedding_dim
-        reference[names[name]] = dequantize(qtype, module.qweight, k)
+        reference[names[name]] = dequantize(module.qtype, module.qweight, k)
     return reference
 
 
@@ -448,8 +448,8 @@ def main(argv=None):
     ap.add_argument("out")
     ap.add_argument("--dtype", choices=sorted(DTYPES) + list(QTYPES),
                     help="weights and KV cache dtype (default: the model's torch_dtype); q8_0 "
-                         "quantizes the matrices as GGUF's Q8_0 (norms, biases, activations and "
-                         "the KV cache float32)")
+                         "and q4_k_m quantize the matrices as llama.cpp's quantize does (GGUF "
+                         "layouts; norms, biases, activations and the KV cache float32)")
     ap.add_argument("--context", type=int,
                     help=f"context the server uses (default: min(max_position_embeddings, "
                          f"{DEFAULT_CONTEXT}))")

@@ -276,18 +276,46 @@ class LlamaLM(nn.Module):
         return self._head(x).float(), cache
 
 
-def quantize_llama(model: LlamaLM, qtype: str) -> List[str]:
+def _use_more_bits(layer: int, layers: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers and every third between."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool) -> str:
+    """The type llama.cpp's quantize gives a llama.py matrix under `scheme` ("q8_0": every
+    matrix Q8_0; "q4_k_m": Q4_K, with Q6_K for the output head (the embedding table when
+    tied), and for attn_v and ffn_down in the layers use_more_bits picks)."""
+    if scheme == "q8_0":
+        return "q8_0"
+    if scheme != "q4_k_m":
+        raise ValueError(f"unknown quantization scheme {scheme!r}")
+    if name == "lm_head.weight" or (tied and name == "embed.weight"):
+        return "q6_k"
+    parts = name.split(".")
+    if parts[0] == "layers" and parts[2] in ("v_proj", "down_proj") and _use_more_bits(int(parts[1]), n_layer):
+        return "q6_k"
+    return "q4_k"
+
+
+def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
     """Replaces the model's matrices (every layer's projections, the embedding table and the
-    output head) by quant.QuantLinear / QuantEmbedding of `qtype`, in place, as llama.cpp's
-    quantize keeps norms (and biases) in float32. A matrix whose input width is not a
-    multiple of the block stays float. Returns the names of the quantized weights."""
+    output head) by quant.QuantLinear / QuantEmbedding of the types llama.cpp's quantize
+    gives them under `scheme` (llama_tensor_qtype), in place; norms and biases stay float32
+    as llama.cpp keeps them. A matrix whose input width is not a multiple of its type's block
+    falls back to Q8_0 (llama.cpp would use Q5_0/Q8_0), or stays float if not a multiple of 32.
+    Returns the names of the quantized weights."""
     from . import quant
-    _, block = quant.BLOCKS[qtype]
     done: List[str] = []
     with torch.no_grad():
         for name, module in list(model.named_modules()):
-            if not isinstance(module, (Linear, Embedding)) or module.weight.size(1) % block:
+            if not isinstance(module, (Linear, Embedding)):
                 continue
+            qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied)
+            width = module.weight.size(1)
+            if width % quant.BLOCKS[qtype][1]:
+                qtype = "q8_0"
+                if width % quant.BLOCKS[qtype][1]:
+                    continue
             if isinstance(module, Embedding):
                 replacement = quant.QuantEmbedding.of(qtype, module.weight)
             else:
@@ -296,4 +324,3 @@ def quantize_llama(model: LlamaLM, qtype: str) -> List[str]:
             setattr(model.get_submodule(owner_name) if owner_name else model, leaf, replacement)
             done.append(name + ".weight")
     return done
-
