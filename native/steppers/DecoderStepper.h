@@ -49,11 +49,32 @@ class DecoderStepper : public Stepper {
   // matches any size.
   const at::Tensor& Need(const std::string& name, std::vector<int64_t> shape) const;
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
+
+  // Quantized matrices (quant.py's QuantLinear / QuantEmbedding modules: a uint8 buffer
+  // `qweight` of GGUF rows and the attribute `qtype`), by their weight's name
+  // ("layers.0.q_proj.weight"); the bytes are the module's own tensor, not a copy.
+  struct QuantMatrix {
+    at::Tensor bytes;  // uint8 [rows, row bytes]
+    WeightType type;
+    int64_t rows, cols;
+  };
+  const QuantMatrix* Quantized(const std::string& name) const;
+  bool HasMatrix(const std::string& name) const { return Has(name) || Quantized(name) != nullptr; }
+  // [rows, cols] of a float or quantized matrix (a Mismatch when absent, or when `cols` is
+  // given and differs).
+  std::pair<int64_t, int64_t> MatrixShape(const std::string& name, int64_t cols = -1) const;
+  // The named matrices ([rows[i], k] each) stacked by rows into one PackedLinear: float ones
+  // packed as `type`, quantized ones (of any quantized types) read in place.
+  PackedLinear Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
+                     const float* bias, WeightType type) const;
   // Throws CodedError(ERR_CHECKPOINT_INTERFACE) naming the architecture and `what`.
   [[noreturn]] void Mismatch(const std::string& what) const;
   static std::vector<float> Copy(const at::Tensor& tensor);
   // Frees the float32 copies once the packed weights are built.
-  void DropWeights() { weights_.clear(); }
+  void DropWeights() {
+    weights_.clear();
+    quantized_.clear();
+  }
 
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;
@@ -86,6 +107,7 @@ class DecoderStepper : public Stepper {
   const char* architecture_;
   int64_t kvBudgetBytes_;
   std::map<std::string, at::Tensor> weights_;
+  std::map<std::string, QuantMatrix> quantized_;
   AlignedFloats last_;   // [segments][vocab]: logits of each segment's last token
   at::Tensor logits_;    // [slots][vocab], reused while nobody else holds it
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/QuantKernels.h"
 #include "steppers/NativeRegistry.h"
 
 namespace tsn {
@@ -23,9 +24,8 @@ at::Tensor LlamaStepper::InverseFrequencies(const torch::jit::Module& module) co
 LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
   const ModelFields& fields = context.fields;
   const WeightType type = WeightTypeOf(fields.String("dtype", "float32"));
-  if (!Has("embed.weight")) Mismatch("missing embed.weight");
-  const at::Tensor& embed = Need("embed.weight", {-1, -1});
-  const int64_t vocab = embed.size(0), d = embed.size(1);
+  if (!HasMatrix("embed.weight")) Mismatch("missing embed.weight");
+  const auto [vocab, d] = MatrixShape("embed.weight");
   int layers = 0;
   while (Has("layers." + std::to_string(layers) + ".attn_norm.weight")) ++layers;
   if (layers == 0) Mismatch("no layers.0");
@@ -37,43 +37,43 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   const int positions = static_cast<int>(shape[4]);
   headDim_ = static_cast<int>(shape[5]);
   if (headDim_ % 2 != 0) Mismatch("odd head_dim");
-  if (!Has("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
-  heads_ = static_cast<int>(Need("layers.0.q_proj.weight", {-1, d}).size(0) / headDim_);
-  if (heads_ * headDim_ != Need("layers.0.q_proj.weight", {-1, d}).size(0) || heads_ % kvHeads_ != 0) {
+  if (!HasMatrix("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
+  const int64_t qRows = MatrixShape("layers.0.q_proj.weight", d).first;
+  heads_ = static_cast<int>(qRows / headDim_);
+  if (heads_ * headDim_ != qRows || heads_ % kvHeads_ != 0) {
     Mismatch("q_proj rows are not a multiple of the kv heads");
   }
-  if (!Has("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
-  hidden_ = static_cast<int>(Need("layers.0.gate_proj.weight", {-1, d}).size(0));
+  if (!HasMatrix("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
+  hidden_ = static_cast<int>(MatrixShape("layers.0.gate_proj.weight", d).first);
   eps_ = static_cast<float>(fields.Number("rms_norm_eps", 1e-6));
   SetShape(layers, kvHeads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), positions, type);
 
   const int64_t qWidth = heads_ * headDim_, kvWidth = kvHeads_ * headDim_, hidden = hidden_;
-  embed_ = Copy(embed);
+  if (const QuantMatrix* q = Quantized("embed.weight")) {
+    embedBytes_ = q->bytes;  // rows dequantized as tokens are embedded
+    embedType_ = q->type;
+  } else {
+    embed_ = Copy(Need("embed.weight", {vocab, d}));
+  }
   for (int l = 0; l < layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer layer;
     layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
     layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
-    const at::Tensor qkv = at::cat({Need(p + "q_proj.weight", {qWidth, d}), Need(p + "k_proj.weight", {kvWidth, d}),
-                                    Need(p + "v_proj.weight", {kvWidth, d})}).contiguous();
     at::Tensor bias;
     if (Has(p + "q_proj.bias")) {
       bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
                       Need(p + "v_proj.bias", {kvWidth})}).contiguous();
     }
-    layer.qkv = PackedLinear(qkv.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
-                             static_cast<int>(qkv.size(0)), embd_, type);
-    layer.o = PackedLinear(Need(p + "o_proj.weight", {d, qWidth}).data_ptr<float>(), nullptr, embd_,
-                           static_cast<int>(qWidth), type);
-    const at::Tensor gateUp = at::cat({Need(p + "gate_proj.weight", {hidden, d}),
-                                       Need(p + "up_proj.weight", {hidden, d})}).contiguous();
-    layer.gateUp = PackedLinear(gateUp.data_ptr<float>(), nullptr, 2 * hidden_, embd_, type);
-    layer.down = PackedLinear(Need(p + "down_proj.weight", {d, hidden}).data_ptr<float>(), nullptr, embd_, hidden_, type);
+    layer.qkv = Stack({p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"}, {qWidth, kvWidth, kvWidth}, d,
+                      bias.defined() ? bias.data_ptr<float>() : nullptr, type);
+    layer.o = Stack({p + "o_proj.weight"}, {d}, qWidth, nullptr, type);
+    layer.gateUp = Stack({p + "gate_proj.weight", p + "up_proj.weight"}, {hidden, hidden}, d, nullptr, type);
+    layer.down = Stack({p + "down_proj.weight"}, {d}, hidden, nullptr, type);
     blocks_.push_back(std::move(layer));
   }
   norm_ = Copy(Need("norm.weight", {d}));
-  const at::Tensor& head = Has("lm_head.weight") ? Need("lm_head.weight", {vocab, d}) : embed;
-  head_ = PackedLinear(head.data_ptr<float>(), nullptr, vocab_, embd_, type);
+  head_ = Stack({HasMatrix("lm_head.weight") ? "lm_head.weight" : "embed.weight"}, {vocab}, d, nullptr, type);
   DropWeights();
 
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).
@@ -98,6 +98,10 @@ void LlamaStepper::Reserve(int rows) {
 }
 
 void LlamaStepper::Embed(int64_t token, int, float* row) const {
+  if (embedBytes_.defined()) {
+    DequantizeRow(embedType_, embedBytes_.data_ptr<uint8_t>() + token * embedBytes_.size(1), embd_, row);
+    return;
+  }
   std::memcpy(row, embed_.data() + token * embd_, sizeof(float) * embd_);
 }
 

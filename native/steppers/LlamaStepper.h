@@ -38,6 +38,8 @@ class LlamaStepper : public DecoderStepper {
   int heads_ = 0, kvHeads_ = 0, headDim_ = 0, hidden_ = 0;
   float eps_ = 1e-6f;
   std::vector<float> embed_, norm_;
+  at::Tensor embedBytes_;          // a quantized embedding table (GGUF rows), else undefined
+  WeightType embedType_ = WeightType::F32;
   std::vector<float> cos_, sin_;  // [context][headDim / 2]
   std::vector<Layer> blocks_;
   AlignedFloats qkvOut_, attn_, gateUp_;  // activations of one step
