@@ -167,7 +167,10 @@ class GgufFile:
         return raw.reshape(rows, inner // values * size)
 
     def close(self):
-        self._map.close()
+        try:
+            self._map.close()
+        except BufferError:
+            pass            # arrays from data() still use the map; it closes when they go
 
     def __enter__(self):
         return self

@@ -339,7 +339,10 @@ def import_gguf(path: str, out: str, context: Optional[int] = None, quiet: bool 
         f = GgufFile(path)
     except GgufError as e:
         raise ImportError_(str(e)) from e
-    model, config = build_model(f, context)
+    try:
+        model, config = build_model(f, context)
+    finally:
+        f.close()
     md = f.metadata
     tok = tokenizer_json(md)
     if len(md["tokenizer.ggml.tokens"]) > config["vocab_size"]:
