@@ -45,8 +45,8 @@ float HalfAt(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-// ggml's nearest_int: round to nearest, ties to even, through the float adder.
-int NearestInt(float value) {
+// ggml's nearest_int: round to nearest, ties to even, through the float adder (|value| < 2^22).
+inline int NearestInt(float value) {
   float shifted = value + 12582912.f;
   int bits;
   std::memcpy(&bits, &shifted, 4);
@@ -74,7 +74,7 @@ void QuantizeRowQ8(const float* x, int k, BlockQ8* out) {
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float id = amax != 0 ? 127.f / amax : 0.0f;
     out[b].d = HalfToFloat(FloatToHalf(amax / 127.f));
-    for (int j = 0; j < 32; ++j) out[b].q[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+    for (int j = 0; j < 32; ++j) out[b].q[j] = static_cast<int8_t>(NearestInt(v[j] * id));
   }
 }
 
