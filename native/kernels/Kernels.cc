@@ -6,9 +6,12 @@
 #include <cstring>
 #include <immintrin.h>
 #include <new>
+#include <utility>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "kernels/QuantKernels.h"
+#include "kernels/QuantKernels.h"
 
 #define TSN_INLINE inline __attribute__((always_inline))
 #define TSN_NOINLINE __attribute__((noinline))
@@ -87,7 +90,8 @@ bool HasAvx512() {
 
 bool HasAvx512Bf16() {
   __builtin_cpu_init();
-  return HasAvx512() && __builtin_cpu_supports("avx512bf16");
+  // VNNI too: the family's quantized products use it (every AVX512_BF16 CPU has it).
+  return HasAvx512() && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni");
 }
 
 bool HasAvx2() {
@@ -154,8 +158,8 @@ float SourceValue(const void* weight, WeightType source, size_t at) {
       return value;
     }
     case WeightType::F16: return HalfToFloat(static_cast<const uint16_t*>(weight)[at]);
+    default: return 0;  // quantized weights are never packed from values (the other constructor)
   }
-  return 0;
 }
 
 }  // namespace
@@ -213,6 +217,10 @@ PackedLinear::PackedLinear(const void* weight, WeightType source, const float* b
 void PackedLinear::Row(int row, float* out) const {
   const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
   const int c = row % 16;
+  if (quantized()) {
+    DequantizeRow(rowTypes_[row], rows_[row], k_, out);
+    return;
+  }
   switch (type_) {
     case WeightType::F32:
       for (int kk = 0; kk < k_; ++kk) out[kk] = packed_.get()[base + kk * 16 + c];
@@ -226,10 +234,38 @@ void PackedLinear::Row(int row, float* out) const {
     case WeightType::F16:
       for (int kk = 0; kk < k_; ++kk) out[kk] = HalfToFloat(halves_.get()[base + kk * 16 + c]);
       return;
+    default:
+      return;
   }
 }
 
+PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightType> types,
+                           std::shared_ptr<const void> owner, const float* bias, int n, int k)
+    : n_(n), k_(k), panels_((n + 15) / 16), rows_(std::move(rows)), rowTypes_(std::move(types)), owner_(std::move(owner)) {
+  if (n <= 0 || static_cast<int>(rows_.size()) != n || static_cast<int>(rowTypes_.size()) != n) {
+    throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight needs one row per output");
+  }
+  type_ = rowTypes_[0];
+  for (WeightType t : rowTypes_) {
+    if (t != WeightType::Q8_0 && t != WeightType::Q4_K && t != WeightType::Q6_K) {
+      throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight has a row of a float type");
+    }
+    if (k % BlockValues(t) != 0) {
+      throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight's input width " + std::to_string(k) +
+                                                            " is not a multiple of its block of " +
+                                                            std::to_string(BlockValues(t)));
+    }
+    quantBytes_ += RowBytes(t, k);
+  }
+  bias_.Resize(static_cast<size_t>(panels_) * 16);
+  std::memset(bias_.get(), 0, sizeof(float) * bias_.size);
+  if (bias) std::memcpy(bias_.get(), bias, sizeof(float) * n);
+}
+
 WeightType WeightTypeOf(const std::string& dtype) {
+  if (dtype == "q8_0") return WeightType::Q8_0;
+  if (dtype == "q4_k") return WeightType::Q4_K;
+  if (dtype == "q6_k") return WeightType::Q6_K;
   if (dtype == "bfloat16") return WeightType::BF16;
   if (dtype == "float16") return WeightType::F16;
   return WeightType::F32;

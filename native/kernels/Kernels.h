@@ -29,8 +29,11 @@ struct AlignedFloats {
 //         column c, the operand layout of AVX512_BF16's vdpbf16ps; widening the pair to two
 //         floats is a shift and a mask.
 //   F16:  panel[k * 16 + c] (16 halves, one vcvtph2ps).
-// The 16-bit types need an even K (every real model's widths are).
-enum class WeightType { F32, BF16, F16 };
+//   Q8_0, Q4_K, Q6_K: not packed: each output column's row is GGUF's, as the checkpoint
+//         stores it (see QuantKernels.h), read in place; the rows of one layer may mix types.
+// The 16-bit types need an even K (every real model's widths are); Q8_0 a multiple of 32,
+// the K-quants of 256.
+enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K };
 
 // A Linear layer's weight [N, K] and bias [N], packed in panels of 16 output columns
 // (panel p holds W[16p .. 16p+15][k] for every k, column-interleaved), N padded to 16.
@@ -42,6 +45,13 @@ class PackedLinear {
   // The same from a weight stored as `source` (float32 values, or bf16 / fp16 bits): a 16-bit
   // weight packed to its own type is moved bit for bit, with no float32 copy of it on the way.
   PackedLinear(const void* weight, WeightType source, const float* bias, int n, int k, WeightType type);
+  // A quantized weight read where it lies: rows[c] holds output column c's GGUF row of
+  // types[c]; `owner` keeps that memory alive (the checkpoint's tensors). Nothing is copied.
+  PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightType> types, std::shared_ptr<const void> owner,
+               const float* bias, int n, int k);
+  bool quantized() const { return !rows_.empty(); }
+  const uint8_t* quantRow(int c) const { return rows_[c]; }
+  WeightType rowType(int c) const { return rowTypes_[c]; }
   int n() const { return n_; }
   int k() const { return k_; }
   int panels() const { return panels_; }
@@ -50,9 +60,12 @@ class PackedLinear {
   const uint16_t* halfPanel(int p) const { return halves_.get() + static_cast<size_t>(p) * k_ * 16; }
   const float* bias() const { return bias_.get(); }
   // Bytes of weights a step streams through this layer.
-  size_t bytes() const { return static_cast<size_t>(panels_) * k_ * 16 * (type_ == WeightType::F32 ? 4 : 2); }
+  size_t bytes() const {
+    if (quantized()) return quantBytes_;
+    return static_cast<size_t>(panels_) * k_ * 16 * (type_ == WeightType::F32 ? 4 : 2);
+  }
   // W[row][0 .. k) as floats: an embedding row read from a head tied to it, so the table is
-  // held once (a lookup gathers k values, a few microseconds).
+  // held once (a lookup gathers k values, a few microseconds; a quantized row is dequantized).
   void Row(int row, float* out) const;
 
  private:
@@ -64,9 +77,14 @@ class PackedLinear {
   AlignedFloats packed_;
   std::unique_ptr<uint16_t[], FreeHalves> halves_;
   AlignedFloats bias_;
+  std::vector<const uint8_t*> rows_;
+  std::vector<WeightType> rowTypes_;
+  size_t quantBytes_ = 0;
+  std::shared_ptr<const void> owner_;
 };
 
-// "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype").
+// "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",
+// "q4_k", "q6_k" -> Q8_0, Q4_K, Q6_K (a quantized module's qtype).
 WeightType WeightTypeOf(const std::string& dtype);
 
 // IEEE half and bfloat16 conversions (round to nearest even), for packing and tests.

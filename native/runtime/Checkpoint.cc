@@ -96,6 +96,11 @@ void ReleaseParameters(torch::jit::Module& module) {
   for (const auto& sub : module.modules()) {
     std::vector<std::pair<std::string, at::TensorOptions>> names;
     for (const auto& p : sub.named_parameters(false)) names.emplace_back(p.name, p.value.options());
+    // A quantized matrix's GGUF rows (quant.py's qweight buffer): the native runtime reads them
+    // in place and keeps its own reference, so the module lets go of them too.
+    for (const auto& b : sub.named_buffers(false)) {
+      if (b.name == "qweight") names.emplace_back(b.name, b.value.options());
+    }
     torch::jit::Module handle = sub;  // setattr is not const; the handle is the same object
     for (const auto& [name, options] : names) handle.setattr(name, at::empty({0}, options));
   }

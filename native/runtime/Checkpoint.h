@@ -50,7 +50,8 @@ class WidenedParameters {
 };
 
 // Replaces every parameter of the module and its submodules with an empty tensor of the same
-// dtype and device: the weights are freed once nothing else holds them. Buffers stay.
+// dtype and device: the weights are freed once nothing else holds them. Buffers stay, except
+// quantized matrices' GGUF rows (`qweight`), which the native runtime holds itself.
 void ReleaseParameters(torch::jit::Module& module);
 
 }  // namespace tsn

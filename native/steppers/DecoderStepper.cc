@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "kernels/QuantKernels.h"
 
 namespace tsn {
 
@@ -32,6 +34,74 @@ DecoderStepper::DecoderStepper(const NativeContext& context, const char* archite
   for (const auto& p : context.module.named_parameters(true)) {
     weights_[p.name] = p.value.detach().to(at::kCPU).contiguous();
   }
+  for (const auto& m : context.module.named_modules()) {
+    if (!m.value.hasattr("qtype") || !m.value.hasattr("qweight")) continue;
+    const std::string name = (m.name.empty() ? "" : m.name + ".") + "weight";
+    const c10::IValue qtype = m.value.attr("qtype");
+    const c10::IValue bytes = m.value.attr("qweight");
+    if (!qtype.isString() || !bytes.isTensor()) Mismatch(name + ": qtype or qweight of the wrong kind");
+    const std::string type = qtype.toStringRef();
+    if (type != "q8_0" && type != "q4_k" && type != "q6_k") {
+      Mismatch(name + " has the quantization \"" + type + "\", which the native runtime does not implement");
+    }
+    const char* width = m.value.hasattr("in_features") ? "in_features" : "embedding_dim";
+    if (!m.value.hasattr(width)) Mismatch(name + ": no " + width);
+    QuantMatrix q{bytes.toTensor().detach(), WeightTypeOf(type), 0, m.value.attr(width).toInt()};
+    q.rows = q.bytes.dim() == 2 ? q.bytes.size(0) : 0;
+    const int64_t rowBytes = q.cols % BlockValues(q.type) == 0 ? static_cast<int64_t>(RowBytes(q.type, static_cast<int>(q.cols))) : -1;
+    if (q.bytes.scalar_type() != at::kByte || q.bytes.dim() != 2 || !q.bytes.is_contiguous() || !q.bytes.device().is_cpu() ||
+        rowBytes < 0 || q.bytes.size(1) != rowBytes) {
+      Mismatch(name + ": qweight is not uint8 [rows, " + std::to_string(rowBytes) + "] on the CPU for " +
+               std::to_string(q.cols) + " " + type + " columns");
+    }
+    quantized_[name] = std::move(q);
+  }
+}
+
+const DecoderStepper::QuantMatrix* DecoderStepper::Quantized(const std::string& name) const {
+  auto it = quantized_.find(name);
+  return it == quantized_.end() ? nullptr : &it->second;
+}
+
+std::pair<int64_t, int64_t> DecoderStepper::MatrixShape(const std::string& name, int64_t cols) const {
+  if (const QuantMatrix* q = Quantized(name)) {
+    if (cols >= 0 && q->cols != cols) Mismatch(name + " has " + std::to_string(q->cols) + " columns");
+    return {q->rows, q->cols};
+  }
+  const at::Tensor& t = Need(name, {-1, cols});
+  return {t.size(0), t.size(1)};
+}
+
+PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
+                                   const at::Tensor& bias, WeightType type) {
+  int64_t n = 0;
+  for (int64_t r : rows) n += r;
+  const QuantMatrix* first = Quantized(names[0]);
+  if (first == nullptr) {
+    std::vector<at::Tensor> parts;
+    for (size_t i = 0; i < names.size(); ++i) parts.push_back(Need(names[i], {rows[i], k}));
+    // Fused in the checkpoint's dtype: a 16-bit layer's transient copy is 16-bit too.
+    return Pack(parts.size() == 1 ? parts[0] : at::cat(parts), bias, type);
+  }
+  auto owners = std::make_shared<std::vector<at::Tensor>>();
+  std::vector<const uint8_t*> pointers;
+  std::vector<WeightType> types;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const QuantMatrix* q = Quantized(names[i]);
+    if (q == nullptr) Mismatch(names[i] + " is not quantized, and " + names[0] + " is");
+    if (q->rows != rows[i] || q->cols != k) Mismatch(names[i] + " has shape [" + std::to_string(q->rows) + ", " + std::to_string(q->cols) + "]");
+    const uint8_t* base = q->bytes.data_ptr<uint8_t>();
+    const int64_t stride = q->bytes.size(1);
+    for (int64_t r = 0; r < q->rows; ++r) pointers.push_back(base + r * stride);
+    types.insert(types.end(), q->rows, q->type);
+    owners->push_back(q->bytes);
+  }
+  const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
+  PackedLinear packed(std::move(pointers), std::move(types), std::move(owners),
+                      floatBias.defined() ? floatBias.data_ptr<float>() : nullptr, static_cast<int>(n), static_cast<int>(k));
+  // The rows stay the module's tensors (released from the module once packed, kept alive here).
+  heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
+  return packed;
 }
 
 void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context,

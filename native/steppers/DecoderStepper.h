@@ -63,7 +63,29 @@ class DecoderStepper : public Stepper {
   PackedLinear Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type);
   // Lets go of the module's tensors once the packed weights are built: the runtime then
   // holds no reference to them, and releasing the module's parameters frees them.
-  void DropWeights() { weights_.clear(); }
+  void DropWeights() {
+    weights_.clear();
+    quantized_.clear();
+  }
+
+  // Quantized matrices (quant.py's QuantLinear / QuantEmbedding modules: a uint8 buffer
+  // `qweight` of GGUF rows and the attribute `qtype`), by their weight's name
+  // ("layers.0.q_proj.weight"); the bytes are the module's own tensor, not a copy.
+  struct QuantMatrix {
+    at::Tensor bytes;  // uint8 [rows, row bytes]
+    WeightType type;
+    int64_t rows, cols;
+  };
+  const QuantMatrix* Quantized(const std::string& name) const;
+  bool HasMatrix(const std::string& name) const { return Has(name) || Quantized(name) != nullptr; }
+  // [rows, cols] of a float or quantized matrix (a Mismatch when absent, or when `cols` is
+  // given and differs).
+  std::pair<int64_t, int64_t> MatrixShape(const std::string& name, int64_t cols = -1) const;
+  // The named matrices ([rows[i], k] each) stacked by rows into one PackedLinear: float ones
+  // packed as `type`, quantized ones (of any quantized types) read in place.
+  // Counted in WeightBytes() like Pack (quantized bytes stay the module's tensors, shared).
+  PackedLinear Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
+                     const at::Tensor& bias, WeightType type);
 
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;
@@ -97,6 +119,7 @@ class DecoderStepper : public Stepper {
   int64_t kvBudgetBytes_;
   std::map<std::string, at::Tensor> weights_;
   int64_t heldBytes_ = 0;  // packed weights and float tables built from the checkpoint
+  std::map<std::string, QuantMatrix> quantized_;
   AlignedFloats last_;   // [segments][vocab]: logits of each segment's last token
   at::Tensor logits_;    // [slots][vocab], reused while nobody else holds it
 };

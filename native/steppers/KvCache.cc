@@ -51,6 +51,7 @@ void KvCache::Put(int layer, int slot, int head, int p, const float* key, const 
     case WeightType::F32: return PutHead<float>(keys, values, p, headDim_, key, value, [](float x) { return x; });
     case WeightType::BF16: return PutHead<uint16_t>(keys, values, p, headDim_, key, value, FloatToBf16);
     case WeightType::F16: return PutHead<uint16_t>(keys, values, p, headDim_, key, value, FloatToHalf);
+    default: return;  // quantized types hold weights, never the cache
   }
 }
 

@@ -22,9 +22,8 @@ at::Tensor LlamaStepper::InverseFrequencies(const torch::jit::Module& module) co
 LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
   const ModelFields& fields = context.fields;
   const WeightType type = WeightTypeOf(fields.String("dtype", "float32"));
-  if (!Has("embed.weight")) Mismatch("missing embed.weight");
-  const at::Tensor& embed = Need("embed.weight", {-1, -1});
-  const int64_t vocab = embed.size(0), d = embed.size(1);
+  if (!HasMatrix("embed.weight")) Mismatch("missing embed.weight");
+  const auto [vocab, d] = MatrixShape("embed.weight");
   int layers = 0;
   while (Has("layers." + std::to_string(layers) + ".attn_norm.weight")) ++layers;
   if (layers == 0) Mismatch("no layers.0");
@@ -36,13 +35,14 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   const int positions = static_cast<int>(shape[4]);
   headDim_ = static_cast<int>(shape[5]);
   if (headDim_ % 2 != 0) Mismatch("odd head_dim");
-  if (!Has("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
-  heads_ = static_cast<int>(Need("layers.0.q_proj.weight", {-1, d}).size(0) / headDim_);
-  if (heads_ * headDim_ != Need("layers.0.q_proj.weight", {-1, d}).size(0) || heads_ % kvHeads_ != 0) {
+  if (!HasMatrix("layers.0.q_proj.weight")) Mismatch("missing layers.0.q_proj.weight");
+  const int64_t qRows = MatrixShape("layers.0.q_proj.weight", d).first;
+  heads_ = static_cast<int>(qRows / headDim_);
+  if (heads_ * headDim_ != qRows || heads_ % kvHeads_ != 0) {
     Mismatch("q_proj rows are not a multiple of the kv heads");
   }
-  if (!Has("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
-  hidden_ = static_cast<int>(Need("layers.0.gate_proj.weight", {-1, d}).size(0));
+  if (!HasMatrix("layers.0.gate_proj.weight")) Mismatch("missing layers.0.gate_proj.weight");
+  hidden_ = static_cast<int>(MatrixShape("layers.0.gate_proj.weight", d).first);
   eps_ = static_cast<float>(fields.Number("rms_norm_eps", 1e-6));
   SetShape(layers, kvHeads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), positions, type);
 
@@ -52,25 +52,26 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
     Layer layer;
     layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
     layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
-    // Fused in the checkpoint's dtype: a 16-bit layer's transient copy is 16-bit too.
-    const at::Tensor qkv = at::cat({Need(p + "q_proj.weight", {qWidth, d}), Need(p + "k_proj.weight", {kvWidth, d}),
-                                    Need(p + "v_proj.weight", {kvWidth, d})});
     at::Tensor bias;
     if (Has(p + "q_proj.bias")) {
       bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
                       Need(p + "v_proj.bias", {kvWidth})});
     }
-    layer.qkv = Pack(qkv, bias, type);
-    layer.o = Pack(Need(p + "o_proj.weight", {d, qWidth}), {}, type);
-    layer.gateUp = Pack(at::cat({Need(p + "gate_proj.weight", {hidden, d}), Need(p + "up_proj.weight", {hidden, d})}), {}, type);
-    layer.down = Pack(Need(p + "down_proj.weight", {d, hidden}), {}, type);
+    layer.qkv = Stack({p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"}, {qWidth, kvWidth, kvWidth}, d,
+                      bias, type);
+    layer.o = Stack({p + "o_proj.weight"}, {d}, qWidth, {}, type);
+    layer.gateUp = Stack({p + "gate_proj.weight", p + "up_proj.weight"}, {hidden, hidden}, d, {}, type);
+    layer.down = Stack({p + "down_proj.weight"}, {d}, hidden, {}, type);
     blocks_.push_back(std::move(layer));
   }
   norm_ = Copy(Need("norm.weight", {d}));
-  // A tied head is the embedding table too (Embed reads its rows): the table is held once.
-  tied_ = !Has("lm_head.weight") || Shared(Need("lm_head.weight", {vocab, d}), embed);
-  head_ = Pack(tied_ ? embed : Need("lm_head.weight", {vocab, d}), {}, type);
-  if (!tied_) embed_ = Pack(embed, {}, type);
+  // A tied head is the embedding table too (Embed reads its rows, dequantizing a quantized
+  // one): the table is held once. A quantized checkpoint ties by leaving lm_head out.
+  const bool floatHead = Has("lm_head.weight") && Has("embed.weight");
+  tied_ = !HasMatrix("lm_head.weight") ||
+          (floatHead && Shared(Need("lm_head.weight", {vocab, d}), Need("embed.weight", {vocab, d})));
+  head_ = Stack({tied_ ? "embed.weight" : "lm_head.weight"}, {vocab}, d, {}, type);
+  if (!tied_) embed_ = Stack({"embed.weight"}, {vocab}, d, {}, type);
   DropWeights();
 
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).

@@ -19,7 +19,9 @@ tensor 32-byte aligned). The layout and names follow llama.cpp's convert_hf_to_g
   warning.
 
 --dtype f16 stores matrices as float16 (norms, biases and rope_freqs stay float32, as
-llama.cpp requires). Tokenizer metadata: byte-level BPE as tokenizer.ggml.model "gpt2" (tokens,
+llama.cpp requires). A quantized checkpoint's matrices (export_hf.py --dtype q8_0|q4_k_m) are
+written in their own GGUF types, their bytes as they are (q/k rows permuted whole), so both
+engines run the same quantized weights. Tokenizer metadata: byte-level BPE as tokenizer.ggml.model "gpt2" (tokens,
 token types, merges, pre-tokenizer "gpt-2"); SentencePiece-style BPE (byte fallback) as
 "llama" (tokens, scores = minus the merge rank that makes each token, token types); the byte
 tokenizer of the demo model has no GGUF equivalent and is refused.
@@ -87,18 +89,35 @@ def _value(v) -> Tuple[int, bytes]:
     raise TypeError(f"no GGUF encoding for {type(v)}")
 
 
-def write_gguf(path: str, metadata: Dict[str, object], tensors: List[Tuple[str, torch.Tensor]]) -> None:
-    """Tensors: (name, contiguous float32 or float16 CPU tensor), in file order."""
+class Quantized:
+    """A quantized matrix as GGUF stores it: uint8 rows [N, row bytes] of `qtype` (quant.py),
+    K values per row."""
+
+    def __init__(self, rows: torch.Tensor, qtype: str, k: int):
+        self.rows, self.qtype, self.k = rows, qtype, k
+
+    def permuted(self, n_head: int) -> "Quantized":
+        return Quantized(permute_rotary(self.rows, n_head).contiguous(), self.qtype, self.k)
+
+
+def write_gguf(path: str, metadata: Dict[str, object], tensors: List[Tuple[str, object]]) -> None:
+    """Tensors: (name, contiguous float32 or float16 CPU tensor, or Quantized), in file order."""
+    from .quant import GGML_TYPE
     infos, blobs, offset = [], [], 0
     for name, t in tensors:
-        if t.dtype not in (torch.float32, torch.float16):
-            raise GgufError(f"{name}: dtype {t.dtype} (only float32/float16 are written)")
-        t = t.detach().contiguous().cpu()
-        data = (t.view(torch.int16) if t.dtype == torch.float16 else t).numpy().tobytes()
-        dims = list(reversed(t.shape))                 # ggml: innermost dimension first
+        if isinstance(t, Quantized):
+            data = t.rows.contiguous().numpy().tobytes()
+            dims, kind = [t.k, t.rows.shape[0]], GGML_TYPE[t.qtype]
+        else:
+            if t.dtype not in (torch.float32, torch.float16):
+                raise GgufError(f"{name}: dtype {t.dtype} (only float32/float16 are written)")
+            t = t.detach().contiguous().cpu()
+            data = (t.view(torch.int16) if t.dtype == torch.float16 else t).numpy().tobytes()
+            dims = list(reversed(t.shape))                 # ggml: innermost dimension first
+            kind = GGML_F16 if t.dtype == torch.float16 else GGML_F32
         infos.append(_string(name) + struct.pack("<I", len(dims)) +
                      struct.pack(f"<{len(dims)}Q", *dims) +
-                     struct.pack("<IQ", GGML_F16 if t.dtype == torch.float16 else GGML_F32, offset))
+                     struct.pack("<IQ", kind, offset))
         pad = -len(data) % ALIGNMENT
         blobs.append(data + b"\0" * pad)
         offset += len(data) + pad
@@ -123,8 +142,14 @@ def permute_rotary(w: torch.Tensor, n_head: int) -> torch.Tensor:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _matrix(t: torch.Tensor, f16: bool) -> torch.Tensor:
+def _matrix(t, f16: bool):
+    if isinstance(t, Quantized):
+        return t                          # written as it is stored
     return t.to(torch.float16 if f16 else torch.float32)
+
+
+def _rotary(t, n_head: int):
+    return t.permuted(n_head) if isinstance(t, Quantized) else permute_rotary(t, n_head)
 
 
 def llama_tensors(sd: Dict[str, torch.Tensor], cfg: dict, f16: bool,
@@ -137,8 +162,8 @@ def llama_tensors(sd: Dict[str, torch.Tensor], cfg: dict, f16: bool,
     for i in range(cfg["n_layer"]):
         p, b = f"layers.{i}.", f"blk.{i}."
         out.append((b + "attn_norm.weight", sd[p + "attn_norm.weight"].float()))
-        out.append((b + "attn_q.weight", _matrix(permute_rotary(sd[p + "q_proj.weight"], H), f16)))
-        out.append((b + "attn_k.weight", _matrix(permute_rotary(sd[p + "k_proj.weight"], KV), f16)))
+        out.append((b + "attn_q.weight", _matrix(_rotary(sd[p + "q_proj.weight"], H), f16)))
+        out.append((b + "attn_k.weight", _matrix(_rotary(sd[p + "k_proj.weight"], KV), f16)))
         out.append((b + "attn_v.weight", _matrix(sd[p + "v_proj.weight"], f16)))
         if p + "q_proj.bias" in sd:
             out.append((b + "attn_q.bias", permute_rotary(sd[p + "q_proj.bias"], H).float()))
@@ -329,6 +354,13 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
     cfg = json.loads(extra["config.json"])
     arch = cfg.get("architecture")
     sd = {k: v.detach() for k, v in module.named_parameters()}
+    # Quantized matrices (quant.py's modules) are written in their own GGUF type, as stored.
+    quantized = {}
+    for mname, sub in module.named_modules():
+        if hasattr(sub, "qtype") and hasattr(sub, "qweight"):
+            k = sub.in_features if hasattr(sub, "in_features") else sub.embedding_dim
+            sd[mname + ".weight"] = Quantized(sub.qweight.detach(), sub.qtype, k)
+            quantized[sub.qtype] = quantized.get(sub.qtype, 0) + 1
     f16 = dtype == "f16"
     tok_entry = cfg["tokenizer"]
     if vocabulary == "tokenizer" and (tok_entry.get("kind") != "huggingface" or not extra["tokenizer.json"]):
@@ -342,9 +374,13 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
         md["general.architecture"] = "llama"
         md["general.name"] = name
         md["general.file_type"] = 1 if f16 else 0
+        if quantized:   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_K_M
+            md["general.file_type"] = {"q8_0": 7, "q4_k_m": 15}.get(cfg.get("quantization"), 7)
         md.update(llama_metadata(cfg))
         tensors = llama_tensors(sd, cfg, f16, buffers["rope_inv_freq"])
     elif arch == "gpt":
+        if quantized:
+            raise GgufError("quantized 'gpt' checkpoints are not written (only 'llama')")
         if cfg.get("gelu") == "none":
             print("warning: exact GELU checkpoint; llama.cpp's gpt2 computes the tanh GELU",
                   file=sys.stderr)
@@ -361,7 +397,7 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
         md.update(tokenizer_metadata(json.loads(extra["tokenizer.json"]), tok_entry, cfg["vocab_size"], pre))
     write_gguf(out, md, tensors)
     if not quiet:
-        print(f"wrote {out}: {md['general.architecture']} {dtype}, {len(tensors)} tensors, "
+        print(f"wrote {out}: {md['general.architecture']} {cfg.get('quantization') or dtype}, {len(tensors)} tensors, "
               f"{os.path.getsize(out) / 2**20:.1f} MiB, tokenizer {md['tokenizer.ggml.model']}")
     return md
 

@@ -1,7 +1,7 @@
 """Export a Hugging Face model directory, as downloaded, to a serving checkpoint
 (docs/checkpoint.md), then verify it.
 
-    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16]
+    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_k_m]
         [--context N]
 
 HF_DIR holds config.json (architectures: one of architectures.json's, LlamaForCausalLM,
@@ -34,11 +34,14 @@ from . import export_gpt, hf_reference, hf_tokenizer
 from .architectures import HUGGINGFACE
 from .export_gpt import ExportError
 from .gpt import GPT
-from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM
+from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, quantize_llama
+from .quant import SCHEMES as QTYPES, dequantize
 from .safetensors_io import SafetensorsError, load_model_dir
 
 SUPPORTED = tuple(HUGGINGFACE)          # Hugging Face architectures, from architectures.json
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Quantized exports (quant.py): the matrices in GGUF's layout of the type, norms and biases,
+# the activations and the KV cache float32 (config.json: "dtype": "float32", "quantization").
 DEFAULT_CONTEXT = 4096
 MOE_FIELDS = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size")
 
@@ -152,8 +155,10 @@ def llama_config(cfg: dict, arch: str, context: Optional[int]) -> LlamaConfig:
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)))
 
 
-def map_llama(src: StateDict, c: LlamaConfig, dtype: torch.dtype) -> StateDict:
-    """Hugging Face names -> llama.py names, every shape checked."""
+def map_llama(src: StateDict, c: LlamaConfig, dtype: torch.dtype,
+              names: Optional[Dict[str, str]] = None) -> StateDict:
+    """Hugging Face names -> llama.py names, every shape checked (`names`, when given,
+    receives llama.py name -> Hugging Face name)."""
     D, hd, I = c.n_embd, c.head_dim, c.intermediate_size
     out: StateDict = {}
     errors: List[str] = []
@@ -165,6 +170,8 @@ def map_llama(src: StateDict, c: LlamaConfig, dtype: torch.dtype) -> StateDict:
             errors.append(f"missing tensor {key!r}")
             return
         used.add(key)
+        if names is not None:
+            names[dst] = key
         if not t.is_floating_point():
             errors.append(f"tensor {key!r} has dtype {t.dtype}, not a float")
         elif tuple(t.shape) != tuple(shape):
@@ -298,8 +305,8 @@ def tokenizer_entry(hf_dir: str, cfg: dict, vocab_size: int) -> Tuple[dict, str,
 
 def _dtype_name(cfg: dict, override: Optional[str]) -> str:
     if override is not None:
-        if override not in DTYPES:
-            raise ExportError(f"--dtype {override!r}: choose one of {', '.join(DTYPES)}")
+        if override not in DTYPES and override not in QTYPES:
+            raise ExportError(f"--dtype {override!r}: choose one of {', '.join(list(DTYPES) + list(QTYPES))}")
         return override
     name = cfg.get("torch_dtype", cfg.get("dtype")) or "float32"
     if name not in DTYPES:
@@ -319,6 +326,8 @@ def _source_logits(cfg: dict, src: StateDict, dtype: torch.dtype):
 
 # Largest relative logit difference accepted by the check, per dtype: float32 computes the
 # same function in another order; bfloat16 and float16 round activations and the cache.
+# A quantized export is checked against the forward of its own dequantized weights, so it
+# computes the same function as float32 does.
 VERIFY_TOLERANCE = {"float32": 1e-4, "bfloat16": 6e-2, "float16": 1e-2}
 
 
@@ -328,6 +337,12 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
     cfg = _read_json(os.path.join(hf_dir, "config.json"))
     arch = architecture_of(cfg)
     dtype_name = _dtype_name(cfg, dtype)
+    quantization = None
+    if dtype_name in QTYPES:
+        if HUGGINGFACE[arch] != "llama":
+            raise ExportError(f"--dtype {dtype_name} is implemented for the llama family "
+                              f"(Llama, Mistral, Qwen2), not {arch}")
+        quantization, dtype_name = dtype_name, "float32"
     tdtype = DTYPES[dtype_name]
     try:
         src = load_model_dir(hf_dir)
@@ -342,6 +357,10 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
     model, config = BUILDERS[HUGGINGFACE[arch]](cfg, src, arch, context, tdtype)
     config = {**common, **config}
     model.eval()
+    reference = src
+    if quantization is not None:
+        config["quantization"] = quantization
+        reference = _quantize(model, cfg, src, arch, context, quantization)
     config.update({"dtype": dtype_name, "tokenizer": tokenizer, "chat_template": chat_template,
                    "model_name": os.path.basename(hf_dir.rstrip(os.sep))})
     if os.path.exists(out + ".sha256"):
@@ -350,7 +369,7 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
                            {"tokenizer_config.json": tok_cfg_text} if tok_cfg_text else None)
     del model        # the check below loads the file again: one copy of the weights at a time
     try:
-        err = export_gpt.verify(out, _source_logits(cfg, src, tdtype),
+        err = export_gpt.verify(out, _source_logits(cfg, reference, tdtype),
                                 tol=VERIFY_TOLERANCE[dtype_name])
     except Exception:
         os.remove(out)                          # an unverified export is not left behind
@@ -361,7 +380,8 @@ def export(hf_dir: str, out: str, dtype: Optional[str] = None, context: Optional
         print(f"exported {arch} {hf_dir} -> {out} ({size:.1f} MiB)\n"
               f"  {config['n_layer']} layers, d={config['n_embd']}, {config['n_head']} heads"
               f"{', ' + str(config['n_kv_head']) + ' kv heads' if 'n_kv_head' in config else ''}, "
-              f"context {config['block_size']}, vocab {config['vocab_size']}, {dtype_name}\n"
+              f"context {config['block_size']}, vocab {config['vocab_size']}, "
+              f"{quantization or dtype_name}\n"
               f"  tokenizer: bos {tokenizer['bos_token_id']} (add_bos {tokenizer['add_bos']}), "
               f"eos {tokenizer['eos_token_ids']}, chat template "
               f"{'yes' if chat_template else 'no'}\n"
@@ -381,6 +401,20 @@ def _llama_model(cfg: dict, src: StateDict, arch: str, context: Optional[int], d
               "rope_theta": lc.rope_theta, "rope_scaling": lc.rope_scaling,
               "qkv_bias": lc.qkv_bias, "tie_word_embeddings": lc.tie_word_embeddings}
     return model, config
+
+
+def _quantize(model: LlamaLM, cfg: dict, src: StateDict, arch: str, context: Optional[int],
+              qtype: str) -> StateDict:
+    """Quantizes the model's matrices in place; returns the source state with those weights
+    replaced by their dequantized values (what the export is verified against)."""
+    names: Dict[str, str] = {}
+    map_llama(src, llama_config(cfg, arch, context), torch.float32, names)
+    reference = dict(src)
+    for name in quantize_llama(model, qtype):
+        module = model.get_submodule(name[:-len(".weight")])
+        k = module.in_features if hasattr(module, "in_features") else module.embedding_dim
+        reference[names[name]] = dequantize(module.qtype, module.qweight, k)
+    return reference
 
 
 def _gpt2_model(cfg: dict, src: StateDict, arch: str, context: Optional[int], dtype: torch.dtype):
@@ -412,8 +446,10 @@ def main(argv=None):
                                              "(safetensors) to a serving checkpoint")
     ap.add_argument("hf_dir")
     ap.add_argument("out")
-    ap.add_argument("--dtype", choices=sorted(DTYPES),
-                    help="weights and KV cache dtype (default: the model's torch_dtype)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES) + list(QTYPES),
+                    help="weights and KV cache dtype (default: the model's torch_dtype); q8_0 "
+                         "and q4_k_m quantize the matrices as llama.cpp's quantize does (GGUF "
+                         "layouts; norms, biases, activations and the KV cache float32)")
     ap.add_argument("--context", type=int,
                     help=f"context the server uses (default: min(max_position_embeddings, "
                          f"{DEFAULT_CONTEXT}))")

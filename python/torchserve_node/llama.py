@@ -117,6 +117,22 @@ def _rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+class Linear(nn.Linear):
+    """nn.Linear computing in the input's dtype (_linear); quant.QuantLinear takes its place
+    in a quantized checkpoint."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _linear(x, self.weight, self.bias)
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding that is also the tied output head (linear); quant.QuantEmbedding takes
+    its place in a quantized checkpoint."""
+
+    def linear(self, x: Tensor) -> Tensor:
+        return _linear(x, self.weight, None)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float, device=None):
         super().__init__()
@@ -135,23 +151,23 @@ class Layer(nn.Module):
         self.n_head, self.n_kv_head, self.head_dim = H, KV, hd
         self.scale = 1.0 / math.sqrt(hd)
         self.attn_norm = RMSNorm(D, cfg.rms_norm_eps, device)
-        self.q_proj = nn.Linear(D, H * hd, bias=cfg.qkv_bias, **dev)
-        self.k_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
-        self.v_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
-        self.o_proj = nn.Linear(H * hd, D, bias=False, **dev)
+        self.q_proj = Linear(D, H * hd, bias=cfg.qkv_bias, **dev)
+        self.k_proj = Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
+        self.v_proj = Linear(D, KV * hd, bias=cfg.qkv_bias, **dev)
+        self.o_proj = Linear(H * hd, D, bias=False, **dev)
         self.mlp_norm = RMSNorm(D, cfg.rms_norm_eps, device)
-        self.gate_proj = nn.Linear(D, cfg.intermediate_size, bias=False, **dev)
-        self.up_proj = nn.Linear(D, cfg.intermediate_size, bias=False, **dev)
-        self.down_proj = nn.Linear(cfg.intermediate_size, D, bias=False, **dev)
+        self.gate_proj = Linear(D, cfg.intermediate_size, bias=False, **dev)
+        self.up_proj = Linear(D, cfg.intermediate_size, bias=False, **dev)
+        self.down_proj = Linear(cfg.intermediate_size, D, bias=False, **dev)
 
     def forward(self, x: Tensor, layer_cache: Tensor, cos: Tensor, sin: Tensor, bias: Tensor,
                 rows: Tensor, steps: Tensor, slots: Tensor, span: int) -> Tensor:
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
         h = self.attn_norm(x)
-        q = _linear(h, self.q_proj.weight, self.q_proj.bias).view(B, T, H, hd).transpose(1, 2)
-        k = _linear(h, self.k_proj.weight, self.k_proj.bias).view(B, T, KV, hd).transpose(1, 2)
-        v = _linear(h, self.v_proj.weight, self.v_proj.bias).view(B, T, KV, hd)
+        q = self.q_proj(h).view(B, T, H, hd).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, KV, hd).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, KV, hd)
         q = q * cos + _rotate_half(q) * sin                       # [B,H,T,hd]
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)     # [B,T,KV,hd]
         # Write only the real (non-padding) positions into the cache, in place.
@@ -169,11 +185,11 @@ class Layer(nn.Module):
         att = torch.softmax(att, dim=-1, dtype=torch.float32).to(x.dtype)
         y = torch.matmul(att.view(B, KV, G * T, span), values)    # [B,KV,G*T,hd]
         y = y.view(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + _linear(y, self.o_proj.weight, None)
+        x = x + self.o_proj(y)
         h = self.mlp_norm(x)
-        gate = _linear(h, self.gate_proj.weight, None)
-        up = _linear(h, self.up_proj.weight, None)
-        return x + _linear(F.silu(gate) * up, self.down_proj.weight, None)
+        gate = self.gate_proj(h)
+        up = self.up_proj(h)
+        return x + self.down_proj(F.silu(gate) * up)
 
 
 class LlamaLM(nn.Module):
@@ -186,11 +202,11 @@ class LlamaLM(nn.Module):
         self.head_dim = cfg.head_dim
         self.block_size = cfg.block_size
         self.tied = cfg.tie_word_embeddings
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd, device=device)
+        self.embed = Embedding(cfg.vocab_size, cfg.n_embd, device=device)
         self.layers = nn.ModuleList([Layer(cfg, device) for _ in range(cfg.n_layer)])
         self.norm = RMSNorm(cfg.n_embd, cfg.rms_norm_eps, device)
         if not self.tied:
-            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False, device=device)
+            self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False, device=device)
         self.register_buffer("rope_inv_freq",
                              rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
 
@@ -220,10 +236,10 @@ class LlamaLM(nn.Module):
     def cache_shape(self, batch_size: int) -> List[int]:
         return [self.n_layer, 2, batch_size, self.n_kv_head, self.block_size, self.head_dim]
 
-    def _head_weight(self) -> Tensor:
+    def _head(self, x: Tensor) -> Tensor:
         if self.tied:
-            return self.embed.weight
-        return self.lm_head.weight
+            return self.embed.linear(x)
+        return self.lm_head(x)
 
     def forward(self, idx: Tensor, pos: Tensor, lengths: Tensor,
                 cache: Tensor) -> Tuple[Tensor, Tensor]:
@@ -257,4 +273,54 @@ class LlamaLM(nn.Module):
         last = (lengths - 1).clamp(min=0)
         x = x[torch.arange(B, device=device), last]                        # [B,D]
         x = self.norm(x)
-        return _linear(x, self._head_weight(), None).float(), cache
+        return self._head(x).float(), cache
+
+
+def _use_more_bits(layer: int, layers: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers and every third between."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool) -> str:
+    """The type llama.cpp's quantize gives a llama.py matrix under `scheme` ("q8_0": every
+    matrix Q8_0; "q4_k_m": Q4_K, with Q6_K for the output head (the embedding table when
+    tied), and for attn_v and ffn_down in the layers use_more_bits picks)."""
+    if scheme == "q8_0":
+        return "q8_0"
+    if scheme != "q4_k_m":
+        raise ValueError(f"unknown quantization scheme {scheme!r}")
+    if name == "lm_head.weight" or (tied and name == "embed.weight"):
+        return "q6_k"
+    parts = name.split(".")
+    if parts[0] == "layers" and parts[2] in ("v_proj", "down_proj") and _use_more_bits(int(parts[1]), n_layer):
+        return "q6_k"
+    return "q4_k"
+
+
+def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
+    """Replaces the model's matrices (every layer's projections, the embedding table and the
+    output head) by quant.QuantLinear / QuantEmbedding of the types llama.cpp's quantize
+    gives them under `scheme` (llama_tensor_qtype), in place; norms and biases stay float32
+    as llama.cpp keeps them. A matrix whose input width is not a multiple of its type's block
+    falls back to Q8_0 (llama.cpp would use Q5_0/Q8_0), or stays float if not a multiple of 32.
+    Returns the names of the quantized weights."""
+    from . import quant
+    done: List[str] = []
+    with torch.no_grad():
+        for name, module in list(model.named_modules()):
+            if not isinstance(module, (Linear, Embedding)):
+                continue
+            qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied)
+            width = module.weight.size(1)
+            if width % quant.BLOCKS[qtype][1]:
+                qtype = "q8_0"
+                if width % quant.BLOCKS[qtype][1]:
+                    continue
+            if isinstance(module, Embedding):
+                replacement = quant.QuantEmbedding.of(qtype, module.weight)
+            else:
+                replacement = quant.QuantLinear.of(qtype, module.weight, module.bias)
+            owner_name, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(owner_name) if owner_name else model, leaf, replacement)
+            done.append(name + ".weight")
+    return done

@@ -1,9 +1,11 @@
 """Random-weight models of real shapes for scripts/bench/vs-llamacpp.ts, each written as project
 checkpoints (float32 and bfloat16; gpt.py and llama.py, the models export_hf.py writes) and as
 GGUF (float32 and float16, by scripts/model/export_gguf.py --vocabulary ids) with the same
-weights.
+weights; the llama models also quantized (q8_0 and q4_k_m: llama.py's quantize_llama, as
+export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
 
     /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models] [--models gpt2-small,llama-135m,llama-1b]
+        [--precisions f32,bf16,q8_0,q4_k_m]
 
   gpt2-small:  GPT-2 small (124M): 12 layers, d=768, 12 heads, vocabulary 50257, context 1024.
   llama-135m:  SmolLM-135M's shape: 30 layers, d=576, 9 heads over 3 kv heads (GQA), SwiGLU
@@ -35,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from torchserve_node import export_gguf  # noqa: E402
 from torchserve_node.gpt import GPT, GPTConfig  # noqa: E402
-from torchserve_node.llama import INTERFACE_VERSION, LlamaConfig, LlamaLM  # noqa: E402
+from torchserve_node.llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, quantize_llama  # noqa: E402
 
 BYTE_TOKENIZER = {"kind": "byte", "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "add_bos": False}
 
@@ -73,8 +75,9 @@ def llama_chat_2k():
                                     tie_word_embeddings=True))
 
 
-MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16")),
-          "llama-1b": (llama_1b, ("bf16",))}
+MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16", "q8_0", "q4_k_m")),
+          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_k_m"))}
+QUANTIZED = ("q8_0", "q4_k_m")
 # Llama 2's tokenizer: <s> 1, </s> 2, a BOS in front of every prompt.
 LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_id": 1, "eos_token_id": 2,
                     "pad_token_id": None, "add_bos": True}
@@ -106,18 +109,21 @@ def write_chat_model(out_dir: str, name: str, tokenizer_path: str) -> dict:
     return {"f32.pt": path}
 
 
-def write(out_dir: str, name: str) -> dict:
-    make, precisions = MODELS[name]
-    kinds = [f"{p}.pt" for p in precisions] + [("f32" if p == "f32" else "f16") + ".gguf" for p in precisions]
+def write(out_dir: str, name: str, wanted) -> dict:
+    make, offered = MODELS[name]
+    precisions = [p for p in offered if p in wanted]
+    kinds = [f"{p}.pt" for p in precisions] + [
+        {"f32": "f32", "bf16": "f16"}.get(p, p) + ".gguf" for p in precisions]
     paths = {kind: os.path.join(out_dir, f"{name}-{kind}") for kind in kinds}
-    if all(os.path.exists(p) for p in paths.values()):
+    missing = [k for k, p in paths.items() if not os.path.exists(p)]
+    if not missing:
         return paths
     torch.manual_seed(0)
     model, cfg = make()
     model.eval()
     cfg = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION, tokenizer=BYTE_TOKENIZER)
     for dtype, key in ((torch.float32, "f32.pt"), (torch.bfloat16, "bf16.pt")):
-        if key not in paths:
+        if key not in missing:
             continue
         config = dict(cfg, dtype="float32" if dtype == torch.float32 else "bfloat16")
         scripted = torch.jit.script(model.to(dtype))
@@ -127,8 +133,21 @@ def write(out_dir: str, name: str) -> dict:
     # ids, so a placeholder vocabulary stands in for a tokenizer.
     source = paths.get("f32.pt", paths.get("bf16.pt"))
     for key, dtype in (("f32.gguf", "f32"), ("f16.gguf", "f16")):
-        if key in paths:
+        if key in missing:
             export_gguf.export(source, paths[key], dtype, quiet=True, vocabulary="ids")
+    # Quantized: the float32 weights quantized once; the GGUF file holds the checkpoint's bytes.
+    for scheme in QUANTIZED:
+        if f"{scheme}.pt" not in missing and f"{scheme}.gguf" not in missing:
+            continue
+        if f"{scheme}.pt" not in paths:
+            continue
+        torch.manual_seed(0)
+        quantized, _ = make()
+        quantize_llama(quantized.float().eval(), scheme)
+        config = dict(cfg, dtype="float32", quantization=scheme)
+        torch.jit.save(torch.jit.script(quantized), paths[f"{scheme}.pt"], _extra_files={"config.json": json.dumps(config)})
+        del quantized
+        export_gguf.export(paths[f"{scheme}.pt"], paths[f"{scheme}.gguf"], "f32", quiet=True, vocabulary="ids")
     return paths
 
 
@@ -137,14 +156,16 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "bench", "models"))
     ap.add_argument("--models", default="gpt2-small,llama-135m,llama-1b")
     ap.add_argument("--llama-tokenizer", default="", help="Llama 2's tokenizer.json, for llama-chat-2k")
+    ap.add_argument("--precisions", default="f32,bf16,q8_0,q4_k_m")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")
     for name in names:
         if name not in MODELS and name not in CHAT_MODELS:
             ap.error(f"unknown model {name!r} (known: {', '.join([*MODELS, *CHAT_MODELS])})")
+    wanted = args.precisions.split(",")
     print(json.dumps({name: write_chat_model(args.out, name, args.llama_tokenizer) if name in CHAT_MODELS
-                      else write(args.out, name) for name in names}))
+                      else write(args.out, name, wanted) for name in names}))
     return 0
 
 

@@ -6,6 +6,8 @@
  *   - GPT-2 small (124M), a Llama of SmolLM-135M's shape (GQA 9/3 heads, SwiGLU, 30 layers) and
  *     one of Llama-3.2-1B's shape (16 layers, d=2048, GQA 32/8, 16-bit only);
  *   - float32 against llama.cpp f32, and our bf16 against llama.cpp f16 (its 16-bit CPU type);
+ *     on the llama models, q8_0 and q4_k_m against llama.cpp on the same quantized bytes (our
+ *     checkpoint's GGUF rows written into its GGUF file);
  *   - our native runtime under every kernel family the CPU has (or those --kernels names);
  *   - decode tokens/s at batch 1, 4 and 16 with 1 and 2 threads, all rows in one forward per
  *     step on both sides: our scheduler batches the rows; llama.cpp's side holds each step
@@ -17,7 +19,7 @@
  *     it that batch-1 decode reaches: weight bytes per token x tokens/s / bandwidth.
  *
  *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m,llama-1b]
- *        [--kernels avx2,baseline] [--threads 1,2]
+ *        [--kernels avx2,baseline] [--threads 1,2] [--precisions f32,bf16,q8_0,q4_k_m] [--batches 1,4,16]
  *
  * Prints a table of ratios (ours / llama.cpp) and writes .cache/bench/vs-llamacpp-<time>.json.
  */
@@ -41,6 +43,9 @@ const { values: args } = parseArgs({
     models: { type: "string", default: "gpt2-small,llama-135m,llama-1b" },
     kernels: { type: "string" },
     threads: { type: "string", default: "1,2" },
+    precisions: { type: "string", default: "f32,bf16,q8_0,q4_k_m" },
+    batches: { type: "string" },
+    "prefill-tokens": { type: "string", default: "400" },
     help: { type: "boolean", default: false },
   },
 });
@@ -50,21 +55,26 @@ if (args.help) {
   --models LIST    gpt2-small,llama-135m,llama-1b (default all three)
   --kernels LIST   native kernel families, comma-separated (default: every family the CPU has)
   --threads LIST   thread counts (default 1,2)
+  --precisions LIST  f32,bf16,q8_0,q4_k_m (default all; the quantized ones on llama models)
+  --batches LIST   decode batch sizes (default 1,4,16; --quick 1,4)
+  --prefill-tokens N  the prefill prompt's length (default 400)
   --quick          fewer tokens, batch 1 and 4 only`);
   process.exit(0);
 }
 const newTokens = args.quick ? 12 : Number(args["new-tokens"]);
-const batches = args.quick ? [1, 4] : [1, 4, 16];
+const batches = args.batches ? args.batches.split(",").map(Number) : args.quick ? [1, 4] : [1, 4, 16];
 const threadCounts = args.threads!.split(",").map(Number);
 const promptLen = 16;
-const prefillLen = 400;
+const prefillLen = Number(args["prefill-tokens"]);
 const python = "/usr/bin/python3";
 
 const families = kernelFamiliesToTime(args.kernels, loadAddon().kernelFamilies);
 
-type Files = Partial<Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf", string>>;
+type Files = Partial<
+  Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf" | "q8_0.pt" | "q8_0.gguf" | "q4_k_m.pt" | "q4_k_m.gguf", string>
+>;
 const files = JSON.parse(
-  execFileSync(python, [join(repoRoot, "scripts", "bench", "make_bench_models.py"), "--models", args.models!], {
+  execFileSync(python, [join(repoRoot, "scripts", "bench", "make_bench_models.py"), "--models", args.models!, "--precisions", args.precisions!], {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   }),
@@ -269,13 +279,16 @@ for (const name of args.models!.split(",")) {
   const modelFiles = files[name];
   if (!modelFiles) throw new Error(`unknown model ${name}`);
   const plan: Plan = isLarge(name) ? { tokens: Math.min(newTokens, 8), repeats: 2 } : { tokens: newTokens, repeats: 3 };
-  const anyCheckpoint = modelFiles["f32.pt"] ?? modelFiles["bf16.pt"]!;
+  const anyCheckpoint = Object.entries(modelFiles).find(([kind]) => kind.endsWith(".pt"))![1]!;
   const configText = execFileSync(python, ["-c", `import json,torch
 f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["config.json"]; print(c.decode() if isinstance(c, bytes) else c)`], { encoding: "utf8" });
   const config = JSON.parse(configText) as Record<string, number>;
+  // Bytes per weight: Q8_0 34 per 32; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix).
   const pairs = [
     ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], 4],
     ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], 2],
+    ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], 34 / 32],
+    ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], 4.85 / 8],
   ] as const;
   for (const [precision, ourFile, theirFile, bytesPerWeight] of pairs) {
     if (!ourFile || !theirFile) continue;

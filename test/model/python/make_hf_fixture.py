@@ -99,6 +99,11 @@ NATIVE_SPECS = {
     "llama-gqa-bf16": dict(NATIVE_BASE, dtype="bfloat16"),
     "llama-gqa-fp16": dict(NATIVE_BASE, dtype="float16"),
 }
+# Quantized exports (export_hf.py --dtype) of NATIVE_SPECS entries: name -> (spec, quantization).
+# The K-quants need widths that are multiples of 256.
+QUANT_SPECS = {"llama-wide": dict(NATIVE_BASE, hidden=256, inter=512)}
+NATIVE_QUANTIZED = {"llama-gqa-q8_0": ("llama-gqa", "q8_0"), "qwen-bias-tied-q8_0": ("qwen-bias-tied", "q8_0"),
+                    "llama-wide-q4_k_m": ("llama-wide", "q4_k_m")}
 NATIVE_PROMPTS = ["Hello, world!", "The quick brown fox", "a"]
 NATIVE_NEW_TOKENS = 20
 
@@ -323,10 +328,29 @@ def native_gpt16(out_dir: str, name: str, dtype: str) -> dict:
     return dict(file=path, dtype=dtype, architecture="gpt", cases=_cases(logits_of))
 
 
+@torch.no_grad()
+def native_quantized(name: str, out_dir: str) -> dict:
+    """NATIVE_QUANTIZED[name]: the spec's directory exported quantized; the reference is the
+    checkpoint's own (dequantizing) TorchScript forward, uncached, in float32."""
+    spec_name, qtype = NATIVE_QUANTIZED[name]
+    path = make(spec_name, os.path.join(out_dir, name), {**NATIVE_SPECS, **QUANT_SPECS}[spec_name])
+    file = os.path.join(out_dir, name + ".pt")
+    export_hf.export(path, file, dtype=qtype, quiet=True)
+    model = torch.jit.load(file, map_location="cpu")
+
+    def logits_of(seq: List[int]) -> torch.Tensor:
+        cache = torch.zeros(model.cache_shape(1), dtype=torch.float32)
+        logits, _ = model(torch.tensor([seq]), torch.tensor([0]), torch.tensor([len(seq)]), cache)
+        return logits[0]
+
+    return dict(file=file, dtype="float32", quantization=qtype, architecture="llama", cases=_cases(logits_of))
+
+
 def native_set(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
     result = {name: native_llama(name, out_dir) for name in NATIVE_SPECS}
+    result.update({name: native_quantized(name, out_dir) for name in NATIVE_QUANTIZED})
     result["gpt-bf16"] = native_gpt16(out_dir, "gpt-bf16", "bfloat16")
     result["gpt-fp16"] = native_gpt16(out_dir, "gpt-fp16", "float16")
     with open(os.path.join(out_dir, "reference.json"), "w", encoding="utf-8") as f:

@@ -1,0 +1,190 @@
+// Matrix products with quantized weights (Q8_0, Q4_K, Q6_K), one copy per kernel family, each
+// in the family's namespace (the QuantLinearPanels that KernelsBody.inc's LinearPanels calls).
+// The arithmetic is llama.cpp's (ggml_vec_dot_q8_0_q8_0, _q4_K_q8_K, _q6_K_q8_K): the
+// activations are quantized to 8 bits (Q8_0 per block of 32 for Q8_0 weights, Q8_K per 256 for
+// the K-quants), each block's product is an exact int32 sum, scaled by the product of the
+// scales and accumulated in float32. A call quantizes its rows once and reuses them for every
+// output column of its panels; a weight block is read once for up to four rows.
+#include "kernels/QuantKernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#define TSN_Q_INLINE inline __attribute__((always_inline))
+#define TSN_Q_NOINLINE __attribute__((noinline))
+
+namespace tsn {
+
+int BlockValues(WeightType type) {
+  switch (type) {
+    case WeightType::Q8_0: return 32;
+    case WeightType::Q4_K:
+    case WeightType::Q6_K: return 256;
+    default: return 1;
+  }
+}
+
+int BlockBytes(WeightType type) {
+  switch (type) {
+    case WeightType::Q8_0: return 34;
+    case WeightType::Q4_K: return 144;
+    case WeightType::Q6_K: return 210;
+    default: return 0;
+  }
+}
+
+namespace {
+
+float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+// ggml's nearest_int: round to nearest, ties to even, through the float adder (|value| < 2^22).
+inline int NearestInt(float value) {
+  float shifted = value + 12582912.f;
+  int bits;
+  std::memcpy(&bits, &shifted, 4);
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+// Scalar epilogue of one output value (the float kernels' Finish, one lane).
+inline void EmitOne(float value, float* out, Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::Store: *out = value; return;
+    case Epilogue::Accumulate: *out += value; return;
+    case Epilogue::GeluTanh:
+      *out = 0.5f * value * (1.0f + std::tanh(0.7978845608028654f * (value + 0.044715f * value * value * value)));
+      return;
+    case Epilogue::GeluErf: *out = 0.5f * value * (1.0f + std::erf(value * 0.7071067811865476f)); return;
+  }
+}
+
+}  // namespace
+
+void QuantizeRowQ8(const float* x, int k, BlockQ8* out) {
+  for (int b = 0; b < k / 32; ++b) {
+    const float* v = x + b * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float id = amax != 0 ? 127.f / amax : 0.0f;
+    out[b].d = HalfToFloat(FloatToHalf(amax / 127.f));
+    for (int j = 0; j < 32; ++j) out[b].q[j] = static_cast<int8_t>(NearestInt(v[j] * id));
+  }
+}
+
+void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out) {
+  for (int b = 0; b < k / 256; ++b) {
+    const float* v = x + b * 256;
+    BlockQ8K& y = out[b];
+    float max = 0, amax = 0;
+    for (int j = 0; j < 256; ++j) {
+      const float a = std::fabs(v[j]);
+      if (a > amax) {
+        amax = a;
+        max = v[j];
+      }
+    }
+    if (amax == 0) {
+      std::memset(&y, 0, sizeof y);
+      continue;
+    }
+    const float iscale = -127.f / max;
+    for (int j = 0; j < 256; ++j) y.q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * v[j])));
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += y.q[16 * g + j];
+      y.bsums[g] = static_cast<int16_t>(sum);
+    }
+    y.d = 1 / iscale;
+  }
+}
+
+void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
+  if (type == WeightType::Q8_0) {
+    for (int b = 0; b < k / 32; ++b) {
+      const uint8_t* block = row + b * 34;
+      const float d = HalfAt(block);
+      for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(block[2 + j]));
+    }
+  } else if (type == WeightType::Q4_K) {
+    for (int b = 0; b < k / 256; ++b) {
+      const uint8_t* block = row + b * 144;
+      const float d = HalfAt(block), dmin = HalfAt(block + 2);
+      const uint8_t* s = block + 4;
+      const uint8_t* q = block + 16;
+      float* y = out + b * 256;
+      for (int j = 0; j < 8; ++j) {
+        const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const float d1 = d * scale, m1 = dmin * min;
+        for (int l = 0; l < 32; ++l) {
+          const int v = j % 2 == 0 ? q[32 * (j / 2) + l] & 0xF : q[32 * (j / 2) + l] >> 4;
+          y[32 * j + l] = d1 * v - m1;
+        }
+      }
+    }
+  } else if (type == WeightType::Q6_K) {
+    for (int b = 0; b < k / 256; ++b) {
+      const uint8_t* block = row + b * 210;
+      const uint8_t* ql = block;
+      const uint8_t* qh = block + 128;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+      const float d = HalfAt(block + 208);
+      float* y = out + b * 256;
+      for (int half = 0; half < 2; ++half) {
+        for (int l = 0; l < 32; ++l) {
+          const int h = qh[32 * half + l];
+          const uint8_t lo = ql[64 * half + l], lo2 = ql[64 * half + 32 + l];
+          const int q1 = ((lo & 0xF) | ((h & 3) << 4)) - 32;
+          const int q2 = ((lo2 & 0xF) | (((h >> 2) & 3) << 4)) - 32;
+          const int q3 = ((lo >> 4) | (((h >> 4) & 3) << 4)) - 32;
+          const int q4 = ((lo2 >> 4) | (((h >> 6) & 3) << 4)) - 32;
+          const int8_t* s = sc + 8 * half + l / 16;
+          y[128 * half + l] = d * s[0] * q1;
+          y[128 * half + 32 + l] = d * s[2] * q2;
+          y[128 * half + 64 + l] = d * s[4] * q3;
+          y[128 * half + 96 + l] = d * s[6] * q4;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tsn
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define TSN_Q_AVX2
+namespace tsn::avx2 {
+#include "kernels/QuantKernelsBody.inc"
+}  // namespace tsn::avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c,bmi2")
+namespace tsn::avx512 {
+#include "kernels/QuantKernelsBody.inc"
+}  // namespace tsn::avx512
+#pragma GCC pop_options
+
+// The AVX512_BF16 family's CPUs (Cooper Lake, Sapphire Rapids, Zen 4) all have AVX512_VNNI:
+// one vpdpbusd for the 32 byte products of a block.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c,bmi2")
+#define TSN_Q_VNNI
+namespace tsn::avx512_bf16 {
+#include "kernels/QuantKernelsBody.inc"
+}  // namespace tsn::avx512_bf16
+#pragma GCC pop_options
+#undef TSN_Q_VNNI
+#undef TSN_Q_AVX2
+
+namespace tsn::baseline {
+#include "kernels/QuantKernelsBody.inc"
+}  // namespace tsn::baseline

@@ -1,0 +1,48 @@
+// Quantized weights: the layouts (as GGUF stores them, ggml's blocks) and the activation
+// blocks their products use. The products themselves are each family's LinearPanels
+// (QuantKernels.cc). A weight row of K values is K / 32 (Q8_0) or K / 256 (K-quants) blocks:
+//
+//   Q8_0 (34 bytes / 32 values): float16 d, int8 q[32]; value j = d * q[j].
+//   Q4_K (144 bytes / 256): float16 d, float16 dmin, 12 bytes of 6-bit scales and mins of 8
+//        sub-blocks of 32 (ggml's get_scale_min_k4), 128 bytes of 4-bit q (sub-blocks 2i and
+//        2i+1 in the low and high nibbles of bytes 32i .. 32i+31); value = d * scale * q - dmin * min.
+//   Q6_K (210 bytes / 256): 128 bytes of low 4 bits, 64 of high 2 bits, int8 scales[16] (one
+//        per 16 values), float16 d; value = d * scale * (q - 32).
+// All little-endian, as ggml writes them on every host it supports.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/Kernels.h"
+
+namespace tsn {
+
+// One block of 32 activations quantized as ggml's quantize_row_q8_0 does on x86 (its AVX2
+// path): d = max|x| / 127 rounded to float16 (kept here as the float it rounds to),
+// q = round-to-nearest-even(x * 127 / max|x|).
+struct BlockQ8 {
+  float d;
+  int8_t q[32];
+};
+
+// 256 activations as ggml's quantize_row_q8_K_ref: d = -max / 127 for the x of largest
+// magnitude, q = min(127, round(x / d)), bsums = sums of q per 16.
+struct BlockQ8K {
+  float d;
+  int8_t q[256];
+  int16_t bsums[16];
+};
+
+void QuantizeRowQ8(const float* x, int k, BlockQ8* out);    // k a multiple of 32
+void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out);  // k a multiple of 256
+
+// Values per block and bytes per block of a quantized type (0 for a float type).
+int BlockValues(WeightType type);
+int BlockBytes(WeightType type);
+inline size_t RowBytes(WeightType type, int k) { return static_cast<size_t>(k / BlockValues(type)) * BlockBytes(type); }
+
+// One weight row of k values of `type` -> floats.
+void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);
+
+}  // namespace tsn
