@@ -147,7 +147,7 @@ async function sharedSystemPrompt(arms: Arm[]) {
   const cached: Record<"cold" | "warm", number[]> = { cold: [], warm: [] };
   let systemTokens = 0;
   for (let round = 0; round < rounds; round++) {
-    const system = `System: you are the support assistant of shop ${round}. Policies follow. ${words(700, 5000 + round)}\n`;
+    const system = `System: you are the support assistant of shop ${round}. Policies follow. ${words(880, 5000 + round)}\n`;
     systemTokens = arms[0]!.engine.encodePrompt(system).length;
     const order = round % 2 === 0 ? arms : [...arms].reverse();
     for (const arm of order) {
