@@ -7,38 +7,26 @@
 import { expect } from "chai";
 import OpenAI, { APIError } from "openai";
 
-import { ServerProcess } from "./serverProcess.js";
+import { ServerProcess, serveWithOpenAi } from "./serverProcess.js";
 
 const MODEL = "brown-gpt";
 
 describe("OpenAI-compatible API with the official client (npm start)", function () {
   this.timeout(120000);
-  let server: ServerProcess;
-  let client: OpenAI;
-  let base: string;
-
-  before(async () => {
-    server = new ServerProcess({ LOG_LEVEL: "info" });
-    base = (await server.ready()).text;
-    client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
-  });
-  after(async () => {
-    const exit = await server?.stop();
-    expect(exit?.code, server?.transcript()).to.equal(0);
-  });
+  const served = serveWithOpenAi();
 
   it("lists the served model", async () => {
-    const models = await client.models.list();
+    const models = await served.client.models.list();
     expect(models.data.map((m) => m.id)).to.deep.equal([MODEL]);
     expect(models.data[0]).to.include({ object: "model" });
   });
 
   it("completions: greedy text equals /generate's, with usage and finish_reason", async () => {
-    const done = await client.completions.create({ model: MODEL, prompt: "The jury said", max_tokens: 12, temperature: 0 });
+    const done = await served.client.completions.create({ model: MODEL, prompt: "The jury said", max_tokens: 12, temperature: 0 });
     expect(done.object).to.equal("text_completion");
     expect(done.choices).to.have.length(1);
     expect(done.choices[0]!.finish_reason).to.be.oneOf(["length", "stop"]);
-    const spec = await fetch(`${base}/generate`, {
+    const spec = await fetch(`${served.base}/generate`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "The jury said", max_new_tokens: 12, temperature: 1e-9 }),
@@ -50,20 +38,20 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
   });
 
   it("completions: prompts as token ids and several prompts in one request; echo", async () => {
-    const byText = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0 });
-    const byIds = await client.completions.create({ model: MODEL, prompt: [...Buffer.from("The")], max_tokens: 8, temperature: 0 });
+    const byText = await served.client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0 });
+    const byIds = await served.client.completions.create({ model: MODEL, prompt: [...Buffer.from("The")], max_tokens: 8, temperature: 0 });
     expect(byIds.choices[0]!.text).to.equal(byText.choices[0]!.text);
-    const several = await client.completions.create({ model: MODEL, prompt: ["The", "In the"], max_tokens: 8, temperature: 0 });
+    const several = await served.client.completions.create({ model: MODEL, prompt: ["The", "In the"], max_tokens: 8, temperature: 0 });
     expect(several.choices.map((c) => c.index)).to.deep.equal([0, 1]);
     expect(several.choices[0]!.text).to.equal(byText.choices[0]!.text);
     expect(several.usage!.prompt_tokens).to.equal("The".length + "In the".length);
-    const echoed = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0, echo: true });
+    const echoed = await served.client.completions.create({ model: MODEL, prompt: "The", max_tokens: 8, temperature: 0, echo: true });
     expect(echoed.choices[0]!.text).to.equal("The" + byText.choices[0]!.text);
   });
 
   it("completions stream: the pieces add up to the whole text; usage at the end when asked", async () => {
-    const whole = await client.completions.create({ model: MODEL, prompt: "In the", max_tokens: 16, temperature: 0 });
-    const stream = await client.completions.create({
+    const whole = await served.client.completions.create({ model: MODEL, prompt: "In the", max_tokens: 16, temperature: 0 });
+    const stream = await served.client.completions.create({
       model: MODEL, prompt: "In the", max_tokens: 16, temperature: 0, stream: true, stream_options: { include_usage: true },
     });
     let text = "";
@@ -83,14 +71,14 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
 
   it("chat: the default template's prompt, an assistant message and usage; streamed the same", async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Hi" }];
-    const done = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, temperature: 0 });
+    const done = await served.client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, temperature: 0 });
     expect(done.object).to.equal("chat.completion");
     expect(done.choices[0]!.message.role).to.equal("assistant");
     expect(done.choices[0]!.message.content).to.be.a("string").and.not.equal("");
     // The byte-level demo's documented default template: "user: Hi\nassistant:".
     expect(done.usage!.prompt_tokens).to.equal("user: Hi\nassistant:".length);
 
-    const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, temperature: 0, stream: true });
+    const stream = await served.client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, temperature: 0, stream: true });
     const deltas: OpenAI.ChatCompletionChunk.Choice.Delta[] = [];
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -106,7 +94,7 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
   });
 
   it("n choices with a seed: reproducible, and not all the same", async () => {
-    const ask = () => client.completions.create({ model: MODEL, prompt: "She", max_tokens: 16, temperature: 1, n: 3, seed: 7 });
+    const ask = () => served.client.completions.create({ model: MODEL, prompt: "She", max_tokens: 16, temperature: 1, n: 3, seed: 7 });
     const [first, again] = [await ask(), await ask()];
     expect(first.choices.map((c) => c.index)).to.deep.equal([0, 1, 2]);
     expect(again.choices.map((c) => c.text)).to.deep.equal(first.choices.map((c) => c.text));
@@ -115,21 +103,21 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
   });
 
   it("stop: the text ends before the stop sequence, whole and streamed", async () => {
-    const whole = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 40, temperature: 0 });
+    const whole = await served.client.completions.create({ model: MODEL, prompt: "The", max_tokens: 40, temperature: 0 });
     const text = whole.choices[0]!.text;
     const stop = text.slice(12, 15);
     const expected = text.slice(0, text.indexOf(stop));
-    const stopped = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 40, temperature: 0, stop: [stop] });
+    const stopped = await served.client.completions.create({ model: MODEL, prompt: "The", max_tokens: 40, temperature: 0, stop: [stop] });
     expect(stopped.choices[0]).to.include({ text: expected, finish_reason: "stop" });
 
-    const stream = await client.chat.completions.create({
+    const stream = await served.client.chat.completions.create({
       model: MODEL, messages: [{ role: "user", content: "Tell me" }], max_tokens: 40, temperature: 0, stream: true,
     });
     let chat = "";
     for await (const chunk of stream) chat += chunk.choices[0]?.delta.content ?? "";
     const chatStop = chat.slice(9, 11);
     const chatExpected = chat.slice(0, chat.indexOf(chatStop));
-    const stoppedStream = await client.chat.completions.create({
+    const stoppedStream = await served.client.chat.completions.create({
       model: MODEL, messages: [{ role: "user", content: "Tell me" }], max_tokens: 40, temperature: 0, stream: true, stop: chatStop,
     });
     let streamed = "";
@@ -143,7 +131,7 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
   });
 
   it("logprobs: completions' top alternatives and chat's, the greedy token the most likely", async () => {
-    const done = await client.completions.create({ model: MODEL, prompt: "The", max_tokens: 6, temperature: 0, logprobs: 2 });
+    const done = await served.client.completions.create({ model: MODEL, prompt: "The", max_tokens: 6, temperature: 0, logprobs: 2 });
     const lp = done.choices[0]!.logprobs!;
     expect(lp.tokens).to.have.length(done.usage!.completion_tokens);
     lp.token_logprobs!.forEach((value, i) => {
@@ -151,7 +139,7 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
       const alternatives = Object.values(lp.top_logprobs![i]!);
       expect(value).to.be.closeTo(Math.max(...alternatives), 1e-6);
     });
-    const chat = await client.chat.completions.create({
+    const chat = await served.client.chat.completions.create({
       model: MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3,
     });
     const content = chat.choices[0]!.logprobs!.content!;
@@ -164,22 +152,22 @@ describe("OpenAI-compatible API with the official client (npm start)", function 
   });
 
   it("errors in OpenAI's shape: the client's BadRequestError and NotFoundError", async () => {
-    const bad = await client.completions.create({ model: MODEL, prompt: "x", temperature: 3 }).catch((e: unknown) => e);
+    const bad = await served.client.completions.create({ model: MODEL, prompt: "x", temperature: 3 }).catch((e: unknown) => e);
     expect(bad).to.be.instanceOf(OpenAI.BadRequestError);
     expect((bad as APIError).param).to.equal("temperature");
-    const missing = await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e);
+    const missing = await served.client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e);
     expect(missing).to.be.instanceOf(OpenAI.NotFoundError);
     expect((missing as APIError).code).to.equal("model_not_found");
-    const outside = await client.completions.create({ model: MODEL, prompt: [84, 999999] }).catch((e: unknown) => e);
+    const outside = await served.client.completions.create({ model: MODEL, prompt: [84, 999999] }).catch((e: unknown) => e);
     expect(outside).to.be.instanceOf(OpenAI.BadRequestError);
     expect((outside as APIError).param).to.equal("prompt");
-    // Malformed JSON (which the client never sends) is a 400 in the same shape.
-    const raw = await fetch(`${base}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
+    // Malformed JSON (which the served.client never sends) is a 400 in the same shape.
+    const raw = await fetch(`${served.base}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
     expect(raw.status).to.equal(400);
     const body = (await raw.json()) as { error: { type: string; message: string } };
     expect(body.error.type).to.equal("invalid_request_error");
     // The spec's routes keep their 422.
-    const spec = await fetch(`${base}/generate`, { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
+    const spec = await fetch(`${served.base}/generate`, { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
     expect(spec.status).to.equal(422);
   });
 });

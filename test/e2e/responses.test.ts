@@ -13,7 +13,7 @@ import OpenAI, { APIError } from "openai";
 import { z } from "zod";
 
 import { exportHfFixtures, type HfCheckpoints } from "../helpers/hfModels.js";
-import { ServerProcess } from "./serverProcess.js";
+import { ServerProcess, serveWithOpenAi } from "./serverProcess.js";
 
 const MODEL = "brown-gpt";
 
@@ -34,26 +34,14 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
   this.timeout(180000);
 
   describe("the demo model", () => {
-    let server: ServerProcess;
-    let base: string;
-    let client: OpenAI;
-
-    before(async () => {
-      server = new ServerProcess({ LOG_LEVEL: "info" });
-      base = (await server.ready()).text;
-      client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
-    });
-    after(async () => {
-      const exit = await server?.stop();
-      expect(exit?.code, server?.transcript()).to.equal(0);
-    });
+    const served = serveWithOpenAi();
 
     it("responses.create: the chat route's text for the same conversation, usage, incomplete at the limit", async () => {
-      const response = await client.responses.create({
+      const response = await served.client.responses.create({
         model: MODEL, instructions: "You are a newspaper.", input: "What did the jury say?", max_output_tokens: 12, temperature: 0,
       });
       expect(response.object).to.equal("response");
-      const chat = await client.chat.completions.create({
+      const chat = await served.client.chat.completions.create({
         model: MODEL,
         messages: [{ role: "system", content: "You are a newspaper." }, { role: "user", content: "What did the jury say?" }],
         max_tokens: 12,
@@ -76,8 +64,8 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
 
     it("responses.stream: deltas add up to the whole response; the final response is the stored one", async () => {
       const request = { model: MODEL, input: [{ role: "user" as const, content: "Tell me about Atlanta." }], max_output_tokens: 24, temperature: 0 };
-      const whole = await client.responses.create(request);
-      const stream = client.responses.stream(request);
+      const whole = await served.client.responses.create(request);
+      const stream = served.client.responses.stream(request);
       let deltas = "";
       stream.on("response.output_text.delta", (event) => {
         deltas += event.delta;
@@ -90,15 +78,15 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       const { input_tokens_details: finalDetails, ...finalCounts } = final.usage!;
       expect(finalCounts).to.deep.equal(wholeCounts);
       expect(finalDetails.cached_tokens).to.be.within(wholeDetails.cached_tokens, final.usage!.input_tokens - 1);
-      const stored = await client.responses.retrieve(final.id);
+      const stored = await served.client.responses.retrieve(final.id);
       expect(stored.output_text).to.equal(final.output_text);
     });
 
     it("previous_response_id continues the conversation: the same text as the whole conversation sent at once", async () => {
       // `stop` is this server's extension (not in the client's types).
-      const first = await client.responses.create({ model: MODEL, input: "Hi", max_output_tokens: 8, temperature: 0, stop: ["\n"] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
-      const next = await client.responses.create({ model: MODEL, input: "And then?", previous_response_id: first.id, max_output_tokens: 8, temperature: 0 });
-      const whole = await client.responses.create({
+      const first = await served.client.responses.create({ model: MODEL, input: "Hi", max_output_tokens: 8, temperature: 0, stop: ["\n"] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+      const next = await served.client.responses.create({ model: MODEL, input: "And then?", previous_response_id: first.id, max_output_tokens: 8, temperature: 0 });
+      const whole = await served.client.responses.create({
         model: MODEL,
         input: [
           { role: "user", content: "Hi" },
@@ -111,16 +99,16 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       });
       expect(next.output_text).to.equal(whole.output_text);
       expect(next.usage!.input_tokens).to.equal(whole.usage!.input_tokens);
-      const missing = await client.responses.retrieve(whole.id).catch((err: unknown) => err);
+      const missing = await served.client.responses.retrieve(whole.id).catch((err: unknown) => err);
       expect(missing).to.be.instanceOf(APIError).with.property("status", 404);
-      const unknown = await client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_unknown" }).catch((err: unknown) => err);
+      const unknown = await served.client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_unknown" }).catch((err: unknown) => err);
       expect(unknown).to.be.instanceOf(APIError).with.property("status", 404);
       expect((unknown as APIError).param).to.equal("previous_response_id");
     });
 
     it("the AI SDK's default openai(model): generateText and streamText", async () => {
-      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" });
-      const chat = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Hello" }], max_tokens: 10, temperature: 0 });
+      const provider = createOpenAI({ baseURL: `${served.base}/v1`, apiKey: "unused" });
+      const chat = await served.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Hello" }], max_tokens: 10, temperature: 0 });
       const generated = await generateText({ model: provider(MODEL), prompt: "Hello", maxOutputTokens: 10, temperature: 0, maxRetries: 0 });
       expect(generated.text).to.equal(chat.choices[0]!.message.content);
       expect(generated.usage.inputTokens).to.equal(chat.usage!.prompt_tokens);
@@ -137,7 +125,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
         messages: [{ role: "user", content: "Hello" }, ...generated.response.messages, { role: "user", content: "And?" }],
         maxOutputTokens: 6, temperature: 0, maxRetries: 0,
       });
-      const whole = await client.chat.completions.create({
+      const whole = await served.client.chat.completions.create({
         model: MODEL,
         messages: [{ role: "user", content: "Hello" }, { role: "assistant", content: generated.text }, { role: "user", content: "And?" }],
         max_tokens: 6, temperature: 0,
@@ -146,13 +134,13 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("the OpenAI Agents SDK: an agent's run returns the model's answer", async () => {
-      const runner = agentRunner(base);
+      const runner = agentRunner(served.base);
       // An agent's run fails on an incomplete response (cut by the limit), as against OpenAI: a
       // stop sequence taken from the greedy text ends it first.
       const ask = { model: MODEL, instructions: "You are a newspaper.", input: [{ role: "user" as const, content: "What did the jury say?" }], max_output_tokens: 40, temperature: 0 };
-      const long = await client.responses.create(ask);
+      const long = await served.client.responses.create(ask);
       const stop = long.output_text.slice(8, 11);
-      const direct = await client.responses.create({ ...ask, stop: [stop] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+      const direct = await served.client.responses.create({ ...ask, stop: [stop] } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
       expect(direct.status).to.equal("completed");
       const agent = new Agent({
         name: "Reporter", instructions: "You are a newspaper.", model: MODEL,
@@ -169,31 +157,19 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
   });
 
   describe("the demo model with tools and structured output (constrained decoding)", () => {
-    let server: ServerProcess;
-    let base: string;
-    let client: OpenAI;
+    const served = serveWithOpenAi();
     const weather = z.object({ city: z.string().max(16) });
     const weatherTool = {
       type: "function" as const, name: "weather", description: "The weather in a city", strict: true,
       parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
     };
 
-    before(async () => {
-      server = new ServerProcess({ LOG_LEVEL: "info" });
-      base = (await server.ready()).text;
-      client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
-    });
-    after(async () => {
-      const exit = await server?.stop();
-      expect(exit?.code, server?.transcript()).to.equal(0);
-    });
-
     it("openai: tool_choice required gives a function_call whose arguments validate, whole and streamed; text.format json_schema", async () => {
       // One call (parallel_tool_calls false): the grammar ends after it, so greedy decoding stops there.
       const request = {
         model: MODEL, input: "Weather in Paris?", tools: [weatherTool], tool_choice: "required" as const, parallel_tool_calls: false, max_output_tokens: 200, temperature: 0,
       };
-      const whole = await client.responses.create(request);
+      const whole = await served.client.responses.create(request);
       expect(whole.status).to.equal("completed");
       const calls = whole.output.filter((item): item is OpenAI.Responses.ResponseFunctionToolCall => item.type === "function_call");
       expect(calls).to.have.length(1);
@@ -201,7 +177,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       expect(calls[0]!.name).to.equal("weather");
       expect(weather.safeParse(JSON.parse(calls[0]!.arguments)).success, calls[0]!.arguments).to.equal(true);
 
-      const stream = client.responses.stream(request);
+      const stream = served.client.responses.stream(request);
       let deltas = "";
       stream.on("response.function_call_arguments.delta", (event) => {
         deltas += event.delta;
@@ -212,7 +188,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
       expect(deltas).to.equal(streamedCalls.map((call) => call.arguments).join(""));
 
       const person = { type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer", minimum: 0, maximum: 120 } }, required: ["name", "age"], additionalProperties: false };
-      const structured = await client.responses.create({
+      const structured = await served.client.responses.create({
         model: MODEL, input: "A person.", max_output_tokens: 200, temperature: 0,
         text: { format: { type: "json_schema", name: "person", schema: person, strict: true } },
       });
@@ -222,7 +198,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("the AI SDK's openai(model): a tool call, its result, then the answer (generateText); streamText with a tool", async () => {
-      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" });
+      const provider = createOpenAI({ baseURL: `${served.base}/v1`, apiKey: "unused" });
       const executed: unknown[] = [];
       const tools = { weather: tool({ description: "The weather in a city", inputSchema: weather, execute: async (input) => (executed.push(input), "sunny") }) };
       const result = await generateText({
@@ -255,7 +231,7 @@ describe("OpenAI Responses API with real clients (npm start)", function () {
     });
 
     it("the OpenAI Agents SDK: an agent with one function tool calls it, then answers (structured output)", async () => {
-      const runner = agentRunner(base);
+      const runner = agentRunner(served.base);
       const executed: { city: string }[] = [];
       const lookup = agentTool({
         name: "weather", description: "The weather in a city", parameters: weather,

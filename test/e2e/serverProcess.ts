@@ -2,6 +2,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { expect } from "chai";
+import OpenAI from "openai";
 import { repoRoot } from "../helpers/fixtures.js";
 
 export const SERVER_ENTRY = join(repoRoot, "dist", "src", "server.js");
@@ -106,4 +108,32 @@ export class ServerProcess {
   transcript(): string {
     return [...this.log.map((line) => JSON.stringify(line)), ...this.other].join("\n");
   }
+}
+
+/** The server entry a suite talks to through the `openai` package (see serveWithOpenAi). */
+export interface OpenAiServer {
+  readonly server: ServerProcess;
+  /** The text app's URL. */
+  readonly base: string;
+  /** An `openai` client on its /v1, no retries. */
+  readonly client: OpenAI;
+}
+
+/**
+ * Starts the server entry before the enclosing suite's tests (with `env` beside info-level
+ * logs) and stops it after them, expecting a clean exit; the returned object is filled in
+ * once the `before` hook has run.
+ */
+export function serveWithOpenAi(env: Record<string, string> = {}): OpenAiServer {
+  const served = {} as { server: ServerProcess; base: string; client: OpenAI };
+  before(async () => {
+    served.server = new ServerProcess({ LOG_LEVEL: "info", ...env });
+    served.base = (await served.server.ready()).text;
+    served.client = new OpenAI({ baseURL: `${served.base}/v1`, apiKey: "unused", maxRetries: 0 });
+  });
+  after(async () => {
+    const exit = await served.server?.stop();
+    expect(exit?.code, served.server?.transcript()).to.equal(0);
+  });
+  return served;
 }

@@ -15,7 +15,7 @@ import { expect } from "chai";
 import OpenAI, { APIError } from "openai";
 import { z } from "zod";
 
-import { ServerProcess } from "./serverProcess.js";
+import { serveWithOpenAi } from "./serverProcess.js";
 
 const MODEL = "brown-gpt";
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
@@ -69,24 +69,12 @@ const SCHEMAS: Record<string, object> = {
 
 describe("structured output and tool calls (npm start, demo model)", function () {
   this.timeout(300000);
-  let server: ServerProcess;
-  let client: OpenAI;
-  let base: string;
-
-  before(async () => {
-    server = new ServerProcess({ LOG_LEVEL: "info" });
-    base = (await server.ready()).text;
-    client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
-  });
-  after(async () => {
-    const exit = await server?.stop();
-    expect(exit?.code, server?.transcript()).to.equal(0);
-  });
+  const served = serveWithOpenAi();
 
   for (const [name, schema] of Object.entries(SCHEMAS)) {
     it(`json_schema "${name}": every seed's output validates, whole and streamed, n = 2`, async () => {
       for (const seed of [1, 2, 3, 4, 5, 6]) {
-        const done = await client.chat.completions.create({
+        const done = await served.client.chat.completions.create({
           model: MODEL,
           messages: [{ role: "user", content: "Describe a person." }],
           response_format: { type: "json_schema", json_schema: { name, schema: schema as Record<string, unknown>, strict: true } },
@@ -100,7 +88,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
           expect(choice.finish_reason).to.equal("stop");
           validates(schema, choice.message.content!);
         }
-        const stream = await client.chat.completions.create({
+        const stream = await served.client.chat.completions.create({
           model: MODEL,
           messages: [{ role: "user", content: "Describe a person." }],
           response_format: { type: "json_schema", json_schema: { name, schema: schema as Record<string, unknown>, strict: true } },
@@ -122,10 +110,10 @@ describe("structured output and tool calls (npm start, demo model)", function ()
 
   it("json_object on /v1/completions and /generate, concurrently with unconstrained requests", async () => {
     const constrained = Array.from({ length: 4 }, (_unused, i) =>
-      client.completions.create({ model: MODEL, prompt: "Data:", max_tokens: 200, seed: i, response_format: { type: "json_object" } } as never),
+      served.client.completions.create({ model: MODEL, prompt: "Data:", max_tokens: 200, seed: i, response_format: { type: "json_object" } } as never),
     );
-    const free = Array.from({ length: 4 }, (_unused, i) => client.completions.create({ model: MODEL, prompt: "The jury", max_tokens: 40, seed: i }));
-    const generate = fetch(`${base}/generate`, {
+    const free = Array.from({ length: 4 }, (_unused, i) => served.client.completions.create({ model: MODEL, prompt: "The jury", max_tokens: 40, seed: i }));
+    const generate = fetch(`${served.base}/generate`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "Data:", max_new_tokens: 200, seed: 5, response_format: { type: "json_object" } }),
@@ -140,7 +128,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
   });
 
   it("max_tokens cuts a constraint: finish_reason length", async () => {
-    const done = await client.chat.completions.create({
+    const done = await served.client.chat.completions.create({
       model: MODEL,
       messages: [{ role: "user", content: "x" }],
       response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "object", properties: { text: { type: "string", minLength: 50 } }, required: ["text"] } } },
@@ -152,7 +140,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
   it("a schema or grammar that cannot be compiled is a 400 naming the problem", async () => {
     for (const schema of [{ type: "objectx" }, { type: "object", properties: { a: { type: 5 } } }]) {
       try {
-        await client.chat.completions.create({
+        await served.client.chat.completions.create({
           model: MODEL,
           messages: [{ role: "user", content: "x" }],
           response_format: { type: "json_schema", json_schema: { name: "bad", schema } },
@@ -166,7 +154,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
     }
     // A tool whose parameters are not a schema, under a required choice (which compiles them).
     try {
-      await client.chat.completions.create({
+      await served.client.chat.completions.create({
         model: MODEL,
         messages: [{ role: "user", content: "x" }],
         tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "nope" } } } } }],
@@ -177,7 +165,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
       expect((err as APIError).status).to.equal(400);
       expect((err as APIError).message).to.match(/schema is invalid/i);
     }
-    const res = await fetch(`${base}/generate/stream`, {
+    const res = await fetch(`${served.base}/generate/stream`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "x", response_format: { type: "json_schema", json_schema: { schema: { type: "nope" } } } }),
@@ -200,7 +188,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
 
   it("openai: tool_choice required and named give tool_calls whose arguments validate; streamed as deltas", async () => {
     for (const seed of [1, 2, 3]) {
-      const done = await client.chat.completions.create({
+      const done = await served.client.chat.completions.create({
         model: MODEL,
         messages: [{ role: "user", content: "Weather in Paris?" }],
         tools: [weather, time],
@@ -221,7 +209,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
         validates(tool.function.parameters, call.function.arguments);
       }
     }
-    const named = await client.chat.completions.create({
+    const named = await served.client.chat.completions.create({
       model: MODEL,
       messages: [{ role: "user", content: "Time?" }],
       tools: [weather, time],
@@ -236,7 +224,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
     expect(only.function.name).to.equal("get_time");
     validates(time.function.parameters, only.function.arguments);
 
-    const stream = await client.chat.completions.create({
+    const stream = await served.client.chat.completions.create({
       model: MODEL,
       messages: [{ role: "user", content: "Weather in Paris?" }],
       tools: [weather],
@@ -266,7 +254,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
     validates(weather.function.parameters, args.join(""));
 
     // The call and its result in the history: the next turn renders and answers.
-    const followUp = await client.chat.completions.create({
+    const followUp = await served.client.chat.completions.create({
       model: MODEL,
       messages: [
         { role: "user", content: "Weather in Paris?" },
@@ -281,9 +269,9 @@ describe("structured output and tool calls (npm start, demo model)", function ()
   });
 
   it("the AI SDK: generateText with tools and toolChoice, Output.object, streamText with tools", async () => {
-    const compatible = createOpenAICompatible({ name: "torchserve", baseURL: `${base}/v1`, apiKey: "unused", supportsStructuredOutputs: true });
+    const compatible = createOpenAICompatible({ name: "torchserve", baseURL: `${served.base}/v1`, apiKey: "unused", supportsStructuredOutputs: true });
     const model = compatible.chatModel(MODEL);
-    const openai = createOpenAI({ baseURL: `${base}/v1`, apiKey: "unused" }).chat(MODEL);
+    const openai = createOpenAI({ baseURL: `${served.base}/v1`, apiKey: "unused" }).chat(MODEL);
     const parameters = z.object({ city: z.string().max(20), days: z.number().int().min(1).max(7) });
     const tools = { get_weather: tool({ description: "Weather of a city", inputSchema: parameters }) };
     const single = { openai: { parallelToolCalls: false } };
@@ -304,7 +292,7 @@ describe("structured output and tool calls (npm start, demo model)", function ()
   });
 
   it("LangChain: bindTools with tool_choice and withStructuredOutput", async () => {
-    const chat = new ChatOpenAI({ model: MODEL, apiKey: "unused", configuration: { baseURL: `${base}/v1` }, maxTokens: 300, temperature: 1, maxRetries: 0 });
+    const chat = new ChatOpenAI({ model: MODEL, apiKey: "unused", configuration: { baseURL: `${served.base}/v1` }, maxTokens: 300, temperature: 1, maxRetries: 0 });
     const parameters = z.object({ city: z.string().max(20), days: z.number().int().min(1).max(7) });
     const bound = chat.bindTools([{ name: "get_weather", description: "Weather of a city", schema: parameters }], { tool_choice: "get_weather" });
     const reply = await bound.invoke("Weather in Paris?");
