@@ -100,7 +100,7 @@ bool HasAvx2() {
 }
 
 #define TSN_KERNEL_SET(ns) \
-  KernelSet{#ns, &ns::LinearPanels, &ns::LayerNormRows, &ns::RmsNormRows, &ns::SwiGlu, &ns::AttendHead}
+  KernelSet{#ns, &ns::LinearPanels, &ns::LayerNormRows, &ns::RmsNormRows, &ns::SwiGlu, &ns::AttendHeads}
 const KernelSet kAvx512Bf16 = TSN_KERNEL_SET(avx512_bf16);
 const KernelSet kAvx512 = TSN_KERNEL_SET(avx512);
 const KernelSet kAvx2 = TSN_KERNEL_SET(avx2);

@@ -99,6 +99,10 @@ enum class Epilogue {
   GeluErf,    // Y = gelu_erf(X W^T + b)
 };
 
+// Score rows of attention scratch a KernelSet::attendHeads call may use (the most (query, head)
+// items any family attends to at once).
+constexpr int kAttendScratchRows = 12;
+
 // One instruction-set family of the kernels: every copy computes the same functions, so a
 // stepper holds a reference to one set and calls through it.
 struct KernelSet {
@@ -119,13 +123,16 @@ struct KernelSet {
   // out[m][i] = silu(g[m][i]) * g[m][width + i] (SwiGLU over a fused gate|up product), m < rows.
   void (*swiGlu)(const float* g, int rows, int ldg, int width, float* out, int ldo);
 
-  // Causal attention of one head for `queries` new tokens at positions first..first+queries-1:
-  // q[t] (hd floats, stride ldq); keys in tiles of 16 positions, each tile dim-major
-  // (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from one
-  // contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
-  // visible to query t. scratch holds at least first+queries floats rounded up to 16.
-  // keyTiles and v hold the cache's element type `cache` (float32, bf16 or fp16; see KvCache).
-  void (*attendHead)(const float* q, int ldq, int queries, int first, const void* keyTiles, const void* v,
+  // Causal attention of `heads` query heads sharing one kv head, for `queries` new tokens at
+  // positions first..first+queries-1: query head g of token t is q[t * ldq + g * hd] (hd
+  // floats) and its output out[t * ldo + g * hd]; keys in tiles of 16 positions, each tile
+  // dim-major (keyTiles[(p / 16) * hd * 16 + d * 16 + p % 16]: the scores of 16 keys come from
+  // one contiguous tile, with no horizontal sums); values v[p * hd + d]; positions 0..first+t
+  // visible to token t. scratch holds at least kAttendScratchRows x (first+queries rounded up
+  // to 16) floats. keyTiles and v hold the cache's element type `cache` (float32, bf16 or
+  // fp16; see KvCache). Each output is computed in the same order whatever the other tokens
+  // and heads of the call.
+  void (*attendHeads)(const float* q, int ldq, int heads, int queries, int first, const void* keyTiles, const void* v,
                      WeightType cache, int hd, float scale, float* out, int ldo, float* scratch);
 };
 

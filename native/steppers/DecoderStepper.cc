@@ -113,7 +113,7 @@ void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, in
   cache_.Configure(layers, kvHeads, headDim, context, cacheType);
   normed_.resize(team_.size());
   scratch_.resize(team_.size());
-  for (auto& scratch : scratch_) scratch.Resize(cache_.contextPad());
+  for (auto& scratch : scratch_) scratch.Resize(static_cast<size_t>(kAttendScratchRows) * cache_.contextPad());
 }
 
 const at::Tensor& DecoderStepper::Need(const std::string& name, std::vector<int64_t> shape) const {

@@ -106,7 +106,7 @@ void GptStepper::Layers(int member, int rows) {
         const float* row = qkv + static_cast<size_t>(segment.firstRow + t) * 3 * d;
         cache_.Put(l, segment.slot, h, segment.position + t, row + d + h * headDim_, row + 2 * d + h * headDim_);
       }
-      kernels_.attendHead(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, segment.count,
+      kernels_.attendHeads(qkv + static_cast<size_t>(segment.firstRow) * 3 * d + h * headDim_, 3 * d, 1, segment.count,
                           segment.position, cache_.Keys(l, segment.slot, h), cache_.Values(l, segment.slot, h),
                           cache_.type(), headDim_, scale, attn + static_cast<size_t>(segment.firstRow) * d + h * headDim_,
                           d, scratch);

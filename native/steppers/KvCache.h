@@ -1,6 +1,6 @@
 // The native steppers' KV cache: per layer, slot (row) and kv head, keys in tiles of 16
 // positions, each tile dim-major (the scores of 16 keys come from one contiguous tile, see
-// KernelSet::attendHead), and values position-major. Stored as float32, or as bf16 / fp16
+// KernelSet::attendHeads), and values position-major. Stored as float32, or as bf16 / fp16
 // for 16-bit checkpoints (half the bytes per slot and per token attention streams; attention
 // widens them back to float32).
 #pragma once

@@ -153,12 +153,10 @@ void LlamaStepper::Layers(int member, int rows) {
         for (int h = kv * group; h < (kv + 1) * group; ++h) Rotate(row + h * hd, p);
         cache_.Put(l, segment.slot, kv, p, k, v);
       }
-      for (int h = kv * group; h < (kv + 1) * group; ++h) {
-        kernels_.attendHead(qkv + static_cast<size_t>(segment.firstRow) * qkvWidth + h * hd, qkvWidth, segment.count,
-                            segment.position, cache_.Keys(l, segment.slot, kv), cache_.Values(l, segment.slot, kv),
-                            cache_.type(), hd, scale,
-                            attn + static_cast<size_t>(segment.firstRow) * attnWidth + h * hd, attnWidth, scratch);
-      }
+      kernels_.attendHeads(qkv + static_cast<size_t>(segment.firstRow) * qkvWidth + kv * group * hd, qkvWidth, group,
+                           segment.count, segment.position, cache_.Keys(l, segment.slot, kv),
+                           cache_.Values(l, segment.slot, kv), cache_.type(), hd, scale,
+                           attn + static_cast<size_t>(segment.firstRow) * attnWidth + kv * group * hd, attnWidth, scratch);
     });
 
     team_.Phase(member, Chunks(layer.o, rows), [&](int chunk) {

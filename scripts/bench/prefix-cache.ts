@@ -200,6 +200,11 @@ async function main() {
   ];
   try {
     console.log(`prefix cache: ${ckpt} (${cacheEngine.runtime}${cacheEngine.kernels ? ` ${cacheEngine.kernels}` : ""}, ${threads} thread(s)), ${rounds} rounds, ${facts.cpu}`);
+    // Both engines serve a few unrelated prompts first: whichever arm went first would
+    // otherwise pay for the process's first requests (code paths, allocator, KV pages).
+    for (let i = 0; i < 2; i++) {
+      for (const arm of arms) await arm.engine.complete([request(`Warm-up ${i}: ${words(300, 424242 + i)}`, 2)]);
+    }
     const chatRows = args.only.includes("a") ? await chat(arms) : [];
     if (chatRows.length) {
       console.log(`\n(a) chat, time to first token per turn (median of ${rounds} conversations)`);
