@@ -94,6 +94,7 @@ async function ours(
     const chosen = await model.configure({
       contextLength: Number(config.block_size),
       eosTokenIds: [], // decode the full length, like the baseline
+      prefixCache: false, // every timed prompt is computed, as the baseline computes it
       runtime,
       kernels,
       architecture: String(config.architecture),

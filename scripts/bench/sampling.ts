@@ -62,7 +62,7 @@ async function timed(model: RawLanguageModel, rows: RawGenerateRow[], onFirst?: 
 async function main(): Promise<void> {
   const model = await loadAddon().loadLanguageModel(args.ckpt!, { device: "cpu", threads: Number(args.threads), extraFiles: ["config.json"] });
   const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown> & { block_size: number };
-  await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "native", architecture: "gpt", modelConfig: config });
+  await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "native", architecture: "gpt", modelConfig: config, prefixCache: false });
   const prompt = Int32Array.from(Buffer.from("The jury said that the city of Atlanta "));
   const long = Int32Array.from({ length: LONG_PROMPT }, (_unused, i) => prompt[i % prompt.length]!);
 

@@ -146,6 +146,7 @@ async function ours(path: string, threads: number, kernels: KernelFamily, plan: 
     const chosen = await model.configure({
       contextLength: Number(config.block_size),
       eosTokenIds: [],
+      prefixCache: false, // the repeated timing runs compute their prompts, as llama.cpp's do
       runtime: "native",
       kernels,
       architecture: String(config.architecture),
