@@ -12,6 +12,7 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
+import { fillNumericBounds, spliceNumericBounds } from "./numericBounds.js";
 import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
@@ -70,7 +71,11 @@ export class ConstraintCompiler {
           case "json_object":
             return this.compiler.compileJSONSchema(JSON.stringify({ type: "object" }), false, -1, [", ", ": "], false);
           case "json_schema":
-            return this.compiler.compileJSONSchema(JSON.stringify(constraint.schema), false, -1, [", ", ": "], constraint.strict !== false);
+            return schemaGrammar(constraint.schema, constraint.strict !== false).then((ebnf) =>
+              ebnf === undefined
+                ? this.compiler.compileJSONSchema(JSON.stringify(constraint.schema), false, -1, [", ", ": "], constraint.strict !== false)
+                : this.compiler.compileGrammar(ebnf),
+            );
           case "regex":
             return this.compiler.compileStructuralTag({ type: "structural_tag", format: { type: "regex", pattern: constraint.pattern } });
           case "grammar":
@@ -190,11 +195,24 @@ function checkSchema(schema: unknown): void {
 }
 
 /**
- * EBNF of a tagged_json constraint: XGrammar's own EBNF of the schema (compact form), its
- * `root` renamed, inside the tags.
+ * XGrammar's EBNF of a schema (compact form) with exact numeric bounds spliced in
+ * (numericBounds.ts); undefined, unless `always`, when the schema has no bounds (XGrammar then
+ * compiles it directly).
+ */
+async function schemaGrammar(schema: unknown, strict: boolean, always?: true): Promise<string>;
+async function schemaGrammar(schema: unknown, strict: boolean, always?: boolean): Promise<string | undefined> {
+  const spliced = spliceNumericBounds(schema); // throws when no value fits a sub-schema's bounds
+  if (spliced.rules.size === 0 && !always) return undefined;
+  const ebnf = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(spliced.schema), false, -1, [", ", ": "], strict);
+  return spliced.rules.size === 0 ? ebnf : fillNumericBounds(ebnf, spliced.rules);
+}
+
+/**
+ * EBNF of a tagged_json constraint: the schema's EBNF (compact form), its `root` renamed,
+ * inside the tags.
  */
 async function taggedJsonGrammar(constraint: Extract<GenerationConstraint, { type: "tagged_json" }>): Promise<string> {
-  const schema = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(constraint.schema), false, -1, [", ", ": "], true);
+  const schema = await schemaGrammar(constraint.schema, true, true);
   const body = schema.replace(/\broot\b/g, "tagged_json_body");
   const literal = (text: string) => (text === "" ? "" : `${JSON.stringify(text)} `);
   const one = `${literal(constraint.begin)}tagged_json_body ${literal(constraint.end)}`.trim();
