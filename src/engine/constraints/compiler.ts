@@ -13,6 +13,7 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
 import { fillNumericBounds, spliceNumericBounds } from "./numericBounds.js";
+import { rewriteForXGrammar } from "./schemaRewrite.js";
 import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
@@ -71,10 +72,10 @@ export class ConstraintCompiler {
           case "json_object":
             return this.compiler.compileJSONSchema(JSON.stringify({ type: "object" }), false, -1, [", ", ": "], false);
           case "json_schema":
-            return schemaGrammar(constraint.schema, constraint.strict !== false).then((ebnf) =>
-              ebnf === undefined
-                ? this.compiler.compileJSONSchema(JSON.stringify(constraint.schema), false, -1, [", ", ": "], constraint.strict !== false)
-                : this.compiler.compileGrammar(ebnf),
+            return schemaGrammar(constraint.schema, constraint.strict !== false).then((grammar) =>
+              "ebnf" in grammar
+                ? this.compiler.compileGrammar(grammar.ebnf)
+                : this.compiler.compileJSONSchema(JSON.stringify(grammar.schema), false, -1, [", ", ": "], constraint.strict !== false),
             );
           case "regex":
             return this.compiler.compileStructuralTag({ type: "structural_tag", format: { type: "regex", pattern: constraint.pattern } });
@@ -195,16 +196,15 @@ function checkSchema(schema: unknown): void {
 }
 
 /**
- * XGrammar's EBNF of a schema (compact form) with exact numeric bounds spliced in
- * (numericBounds.ts); undefined, unless `always`, when the schema has no bounds (XGrammar then
- * compiles it directly).
+ * What XGrammar compiles for a schema, with what it gets wrong rewritten first (schemaRewrite.ts): the schema itself when it has no numeric bounds, else its
+ * EBNF (compact form) with exact bounds spliced in (numericBounds.ts); always the EBNF with
+ * `ebnfAlways`.
  */
-async function schemaGrammar(schema: unknown, strict: boolean, always?: true): Promise<string>;
-async function schemaGrammar(schema: unknown, strict: boolean, always?: boolean): Promise<string | undefined> {
-  const spliced = spliceNumericBounds(schema); // throws when no value fits a sub-schema's bounds
-  if (spliced.rules.size === 0 && !always) return undefined;
+async function schemaGrammar(schema: unknown, strict: boolean, ebnfAlways = false): Promise<{ schema: unknown } | { ebnf: string }> {
+  const spliced = spliceNumericBounds(rewriteForXGrammar(schema)); // throws when no value fits a sub-schema's bounds
+  if (spliced.rules.size === 0 && !ebnfAlways) return { schema: spliced.schema };
   const ebnf = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(spliced.schema), false, -1, [", ", ": "], strict);
-  return spliced.rules.size === 0 ? ebnf : fillNumericBounds(ebnf, spliced.rules);
+  return { ebnf: spliced.rules.size === 0 ? ebnf : fillNumericBounds(ebnf, spliced.rules) };
 }
 
 /**
@@ -212,7 +212,8 @@ async function schemaGrammar(schema: unknown, strict: boolean, always?: boolean)
  * inside the tags.
  */
 async function taggedJsonGrammar(constraint: Extract<GenerationConstraint, { type: "tagged_json" }>): Promise<string> {
-  const schema = await schemaGrammar(constraint.schema, true, true);
+  const grammar = await schemaGrammar(constraint.schema, true, true);
+  const schema = "ebnf" in grammar ? grammar.ebnf : "";
   const body = schema.replace(/\broot\b/g, "tagged_json_body");
   const literal = (text: string) => (text === "" ? "" : `${JSON.stringify(text)} `);
   const one = `${literal(constraint.begin)}tagged_json_body ${literal(constraint.end)}`.trim();

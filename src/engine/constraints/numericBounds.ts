@@ -14,6 +14,8 @@
  * double's ~16 significant digits.
  */
 
+import { mapSubschemas } from "./schemaRewrite.js";
+
 /** Fraction digits a bounded number may have (beyond the bounds' own). */
 export const FRACTION_DIGITS = 15;
 
@@ -252,10 +254,6 @@ function boundsOf(schema: Record<string, unknown>, integer: boolean): NumericBou
   };
 }
 
-/** Keywords whose value is a schema, an array of schemas, or a map of schemas. */
-const ONE = ["additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"];
-const MANY = ["anyOf", "oneOf", "allOf", "prefixItems", "items"];
-const MAP = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
 const NUMERIC = new Set(["integer", "number"]);
 
 /**
@@ -265,20 +263,6 @@ const NUMERIC = new Set(["integer", "number"]);
  */
 export function spliceNumericBounds(schema: unknown): { schema: unknown; rules: Map<string, string> } {
   const rules = new Map<string, string>();
-  const visit = (node: unknown): unknown => {
-    if (typeof node !== "object" || node === null || Array.isArray(node)) return node;
-    const object = node as Record<string, unknown>;
-    const copy: Record<string, unknown> = { ...object };
-    for (const key of ONE) if (typeof copy[key] === "object" && !Array.isArray(copy[key])) copy[key] = visit(copy[key]);
-    for (const key of MANY) if (Array.isArray(copy[key])) copy[key] = (copy[key] as unknown[]).map(visit);
-    for (const key of MAP) {
-      const map = copy[key];
-      if (typeof map === "object" && map !== null && !Array.isArray(map)) {
-        copy[key] = Object.fromEntries(Object.entries(map).map(([name, sub]) => [name, visit(sub)]));
-      }
-    }
-    return replaceBounded(copy);
-  };
   const replaceBounded = (node: Record<string, unknown>): Record<string, unknown> => {
     // enum/const decide the values themselves; combinators keep XGrammar's reading.
     if ("enum" in node || "const" in node || "$ref" in node || "anyOf" in node || "oneOf" in node || "allOf" in node) return node;
@@ -298,7 +282,7 @@ export function spliceNumericBounds(schema: unknown): { schema: unknown; rules: 
     for (const key of BOUND_KEYWORDS) delete rest[key];
     return { anyOf: [placeholder, rest] };
   };
-  const rewritten = visit(schema);
+  const rewritten = mapSubschemas(schema, replaceBounded);
   return rules.size === 0 ? { schema, rules } : { schema: rewritten, rules };
 }
 
