@@ -13,7 +13,7 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
 import { fillNumericBounds, spliceNumericBounds } from "./numericBounds.js";
-import { rewriteForXGrammar } from "./schemaRewrite.js";
+import { rewriteForXGrammar, schemaDepth } from "./schemaRewrite.js";
 import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
@@ -65,6 +65,7 @@ export class ConstraintCompiler {
   }
 
   private async compileNow(constraint: GenerationConstraint): Promise<CompiledGrammar> {
+    checkDepth(constraint);
     if (constraint.type === "json_schema" || constraint.type === "tagged_json") checkSchema(constraint.schema);
     try {
       return await withXGrammarErrors(() => {
@@ -178,6 +179,35 @@ function describe(constraint: GenerationConstraint): string {
       return "the tool-call format";
     default:
       return "the constraint";
+  }
+}
+
+/**
+ * Most nesting XGrammar is given: its WebAssembly build overflows its stack past ~140
+ * parentheses in a grammar or regex and ~60 levels of schema (less through `$ref` chains),
+ * and is then unusable for every later compile of the process. Real grammars and schemas stay
+ * far below these.
+ */
+export const MAX_GROUP_DEPTH = 64;
+export const MAX_SCHEMA_DEPTH = 32;
+
+function checkDepth(constraint: GenerationConstraint): void {
+  if (constraint.type === "regex" || constraint.type === "grammar") {
+    const text = constraint.type === "regex" ? constraint.pattern : constraint.grammar;
+    let depth = 0;
+    let deepest = 0;
+    for (const char of text) {
+      if (char === "(") deepest = Math.max(deepest, ++depth);
+      else if (char === ")") depth--;
+    }
+    if (deepest > MAX_GROUP_DEPTH) {
+      throw new ConstraintError(`${describe(constraint)} nests ${deepest} parentheses deep; at most ${MAX_GROUP_DEPTH} are supported`);
+    }
+  } else if (constraint.type === "json_schema" || constraint.type === "tagged_json") {
+    const depth = schemaDepth(constraint.schema, MAX_SCHEMA_DEPTH);
+    if (depth > MAX_SCHEMA_DEPTH) {
+      throw new ConstraintError(`${describe(constraint)} nests more than ${MAX_SCHEMA_DEPTH} levels deep (through $ref too), which is not supported`);
+    }
   }
 }
 

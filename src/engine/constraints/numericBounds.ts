@@ -16,8 +16,16 @@
 
 import { mapSubschemas } from "./schemaRewrite.js";
 
-/** Fraction digits a bounded number may have (beyond the bounds' own). */
+/** Fraction digits a bounded number may have. */
 export const FRACTION_DIGITS = 15;
+/**
+ * Integer digits a bounded value may have. Rules for longer bounds grow deep enough to make
+ * XGrammar's compile slow (seconds at 300 digits) or crash it, so a bound beyond +-10^15 is
+ * taken as +-10^15 (the values admitted are a subset of the schema's) and a bound that needs
+ * longer values (minimum 1e20) is refused. Fraction digits likewise: a bound is rounded inward
+ * to FRACTION_DIGITS.
+ */
+export const INTEGER_DIGITS = 15;
 
 const BOUND_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"] as const;
 const MARKER = "xgrammar_bound_7c1e_";
@@ -215,7 +223,7 @@ function magnitudeRange(
 /** The EBNF of the values within the bounds; null when none is. */
 export function boundedNumberRule(bounds: NumericBounds): string | null {
   const { lower, upper } = bounds;
-  const budget = Math.max(FRACTION_DIGITS, (lower?.value.frac.length ?? 0) + 1, (upper?.value.frac.length ?? 0) + 1);
+  const budget = FRACTION_DIGITS;
   const zero = { negative: false, value: { int: 0n, frac: "" } };
   const parts: string[] = [];
   // Zero and above: from max(lower, 0) to upper.
@@ -247,11 +255,36 @@ function boundsOf(schema: Record<string, unknown>, integer: boolean): NumericBou
     const order = compareSigned(a, b) * sign;
     return order > 0 ? a : order < 0 ? b : a.strict ? a : b;
   };
-  return {
-    integer,
-    lower: tighter(bound("minimum", false), bound("exclusiveMinimum", true), 1),
-    upper: tighter(bound("maximum", false), bound("exclusiveMaximum", true), -1),
-  };
+  const lower = tighter(bound("minimum", false), bound("exclusiveMinimum", true), 1);
+  const upper = tighter(bound("maximum", false), bound("exclusiveMaximum", true), -1);
+  return { integer, lower: lower && inward(lower, "lower"), upper: upper && inward(upper, "upper") };
+}
+
+const LIMIT: Magnitude = { int: 10n ** BigInt(INTEGER_DIGITS), frac: "" };
+
+/**
+ * A bound within what the rules spell (|value| < 10^INTEGER_DIGITS, FRACTION_DIGITS fraction
+ * digits), moved inward when it is not: the values it then admits are a subset.
+ */
+function inward(bound: Bound, side: "lower" | "upper"): Bound {
+  // A lower bound pulls up, an upper bound pulls down: toward zero on a magnitude when the
+  // bound's sign points inward, away from it otherwise.
+  const towardZero = (side === "lower") === bound.negative;
+  if (compareMagnitude(bound.value, LIMIT) >= 0) {
+    if (!towardZero) throw new RangeError(`bounds beyond ${side === "lower" ? "" : "-"}1e${INTEGER_DIGITS} are not supported`);
+    return { negative: bound.negative, value: LIMIT, strict: true };
+  }
+  if (bound.value.frac.length <= FRACTION_DIGITS) return bound;
+  const kept = bound.value.frac.slice(0, FRACTION_DIGITS);
+  if (towardZero) {
+    const value = { int: bound.value.int, frac: kept.replace(/0+$/, "") };
+    return { negative: bound.negative && !isZero(value), value, strict: false };
+  }
+  // Away from zero: the kept digits plus one unit in the last place.
+  const scaled = BigInt(bound.value.int.toString() + kept) + 1n;
+  const text = scaled.toString().padStart(FRACTION_DIGITS + 1, "0");
+  const value = { int: BigInt(text.slice(0, -FRACTION_DIGITS)), frac: text.slice(-FRACTION_DIGITS).replace(/0+$/, "") };
+  return { negative: bound.negative, value, strict: false };
 }
 
 const NUMERIC = new Set(["integer", "number"]);

@@ -63,3 +63,60 @@ function listRequired(node: Record<string, unknown>): Record<string, unknown> {
 export function rewriteForXGrammar(schema: unknown): unknown {
   return mapSubschemas(schema, (node) => listRequired(exactFormat(node)));
 }
+
+/**
+ * How deep the schema's sub-schemas nest, following local `$ref`s (a cycle counts once):
+ * XGrammar 0.1.27's WebAssembly build overflows its stack on deep schemas (an array nested 80
+ * levels, a chain of 50 `$ref`s) and is then unusable for every later compile, so deep
+ * schemas are refused before it sees them.
+ */
+export function schemaDepth(schema: unknown, limit = Infinity): number {
+  const root = schema;
+  const resolved = new Map<string, number>();
+  let level = 0;
+  const depth = (node: unknown, refs: Set<string>): number => {
+    if (typeof node !== "object" || node === null || Array.isArray(node)) return 0;
+    if (level > limit) return 1; // deep enough to refuse: the rest is not walked
+    level++;
+    try {
+      return 1 + below(node, refs);
+    } finally {
+      level--;
+    }
+  };
+  const below = (node: object, refs: Set<string>): number => {
+    let deepest = 0;
+    const children: unknown[] = [];
+    const object = node as Record<string, unknown>;
+    for (const key of ONE) if (typeof object[key] === "object" && object[key] !== null && !Array.isArray(object[key])) children.push(object[key]);
+    for (const key of MANY) if (Array.isArray(object[key])) children.push(...(object[key] as unknown[]));
+    for (const key of MAP) {
+      const map = object[key];
+      if (typeof map === "object" && map !== null && !Array.isArray(map)) children.push(...Object.values(map));
+    }
+    for (const child of children) deepest = Math.max(deepest, depth(child, refs));
+    const ref = object.$ref;
+    if (typeof ref === "string" && ref.startsWith("#") && !refs.has(ref)) {
+      let target = resolved.get(ref);
+      if (target === undefined) {
+        const next = new Set(refs).add(ref);
+        target = depth(pointer(root, ref), next);
+        resolved.set(ref, target);
+      }
+      deepest = Math.max(deepest, target);
+    }
+    return deepest;
+  };
+  return depth(schema, new Set());
+}
+
+/** The value a local JSON pointer (`#/$defs/a`) names in the schema; undefined when none. */
+function pointer(root: unknown, ref: string): unknown {
+  let node = root;
+  for (const part of ref.slice(1).split("/").filter((piece) => piece !== "")) {
+    const key = decodeURIComponent(part).replace(/~1/g, "/").replace(/~0/g, "~");
+    if (typeof node !== "object" || node === null) return undefined;
+    node = (node as Record<string, unknown>)[key];
+  }
+  return node;
+}
