@@ -148,6 +148,32 @@ describe("structured_outputs and guided_* on the wire", function () {
     }
   });
 
+  it("odd values are answered, never with a 5xx", async () => {
+    const odd: object[] = [
+      { guided_json: "null" },
+      { guided_json: "5" },
+      { guided_json: "true" },
+      { guided_json: {} },
+      { structured_outputs: { json_object: false } },
+      { structured_outputs: { json_object: false, choice: [""] } },
+      { guided_choice: [""] },
+      { guided_choice: ["", "\u0000", "😀".repeat(200)] },
+      { guided_regex: "" },
+      { guided_regex: "\\" },
+      { guided_grammar: "root ::= root" },
+      { guided_grammar: 'root ::= "a" root | ""' },
+      { structured_outputs: { regex: "a", disable_any_whitespace: "yes" } },
+      { structured_outputs: [] },
+      { guided_choice: "a" },
+    ];
+    for (const fields of odd) {
+      for (const [path, body] of routes) {
+        const response = await postJson(running.base, path, { ...body, ...fields });
+        expect(response.status, `${path} ${JSON.stringify(fields)}: ${await response.text()}`).to.be.within(200, 499);
+      }
+    }
+  });
+
   it("a regex or grammar XGrammar cannot compile is a 400 with its reason, on every route", async () => {
     const cases: [object, RegExp][] = [
       [{ guided_regex: "([a-z" }, /regular expression cannot be compiled: .*Unclosed '\['/],
