@@ -1,7 +1,7 @@
 /**
  * vLLM's constraint fields on the wire (structured_outputs, guided_json/regex/choice/grammar)
  * over a real socket: each form reaches the engine as the right constraint on /v1/chat/completions,
- * /v1/completions and /generate; conflicting fields are a 400 naming them (422 on /generate, as
+ * /v1/completions, /generate and /generate/stream; conflicting fields are a 400 naming them (422 on /generate, as
  * its other validation errors); a regex or grammar XGrammar cannot compile is a 400 with its
  * reason. The engine is hand-written but compiles constraints with the real compiler over the
  * demo's byte vocabulary, as TorchEngine does.
@@ -61,6 +61,7 @@ describe("structured_outputs and guided_* on the wire", function () {
     ["/v1/chat/completions", chat],
     ["/v1/completions", completion],
     ["/generate", generate],
+    ["/generate/stream", generate],
   ];
 
   /** The constraint the engine got for the body's extra fields on each route. */
@@ -127,8 +128,8 @@ describe("structured_outputs and guided_* on the wire", function () {
       for (const [path, body] of routes) {
         const response = await postJson(running.base, path, { ...body, ...fields });
         const text = await response.text();
-        expect(response.status, `${path} ${JSON.stringify(fields)}: ${text}`).to.equal(path === "/generate" ? 422 : 400);
-        if (path !== "/generate") {
+        expect(response.status, `${path} ${JSON.stringify(fields)}: ${text}`).to.equal(path.startsWith("/generate") ? 422 : 400);
+        if (!path.startsWith("/generate")) {
           const { error } = JSON.parse(text) as { error: { param: string; message: string } };
           expect(error.param, `${path} ${JSON.stringify(fields)}`).to.equal(param);
           expect(error.message, `${path} ${JSON.stringify(fields)}`).to.match(message);
