@@ -47,8 +47,7 @@ const SCHEMAS: Record<string, object> = {
     properties: {
       city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
       tags: { type: "array", items: { type: "string", maxLength: 6 }, minItems: 1, maxItems: 3 },
-      // Integer bounds: XGrammar 0.1.27 bounds a number's fraction loosely at the maximum
-      // (maximum 1 admits 1.2; docs/openai.md), which the validator here catches.
+      // Bounds are exact (numericBounds.ts); structuredOutputGuided.test.ts bounds numbers too.
       point: { type: "object", properties: { x: { type: "integer", minimum: -50, maximum: 50 }, y: { enum: [0.5, 1.25, 2] } }, required: ["x", "y"], additionalProperties: false },
       note: { type: "null" },
     },

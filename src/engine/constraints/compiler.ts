@@ -12,6 +12,8 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
+import { fillNumericBounds, spliceNumericBounds } from "./numericBounds.js";
+import { rewriteForXGrammar, schemaDepth } from "./schemaRewrite.js";
 import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
@@ -63,6 +65,7 @@ export class ConstraintCompiler {
   }
 
   private async compileNow(constraint: GenerationConstraint): Promise<CompiledGrammar> {
+    checkDepth(constraint);
     if (constraint.type === "json_schema" || constraint.type === "tagged_json") checkSchema(constraint.schema);
     try {
       return await withXGrammarErrors(() => {
@@ -70,7 +73,11 @@ export class ConstraintCompiler {
           case "json_object":
             return this.compiler.compileJSONSchema(JSON.stringify({ type: "object" }), false, -1, [", ", ": "], false);
           case "json_schema":
-            return this.compiler.compileJSONSchema(JSON.stringify(constraint.schema), false, -1, [", ", ": "], constraint.strict !== false);
+            return schemaGrammar(constraint.schema, constraint.strict !== false).then((grammar) =>
+              "ebnf" in grammar
+                ? this.compiler.compileGrammar(grammar.ebnf)
+                : this.compiler.compileJSONSchema(JSON.stringify(grammar.schema), false, -1, [", ", ": "], constraint.strict !== false),
+            );
           case "regex":
             return this.compiler.compileStructuralTag({ type: "structural_tag", format: { type: "regex", pattern: constraint.pattern } });
           case "grammar":
@@ -175,6 +182,35 @@ function describe(constraint: GenerationConstraint): string {
   }
 }
 
+/**
+ * Most nesting XGrammar is given: its WebAssembly build overflows its stack past ~140
+ * parentheses in a grammar or regex and ~60 levels of schema (less through `$ref` chains),
+ * and is then unusable for every later compile of the process. Real grammars and schemas stay
+ * far below these.
+ */
+export const MAX_GROUP_DEPTH = 64;
+export const MAX_SCHEMA_DEPTH = 32;
+
+function checkDepth(constraint: GenerationConstraint): void {
+  if (constraint.type === "regex" || constraint.type === "grammar") {
+    const text = constraint.type === "regex" ? constraint.pattern : constraint.grammar;
+    let depth = 0;
+    let deepest = 0;
+    for (const char of text) {
+      if (char === "(") deepest = Math.max(deepest, ++depth);
+      else if (char === ")") depth--;
+    }
+    if (deepest > MAX_GROUP_DEPTH) {
+      throw new ConstraintError(`${describe(constraint)} nests ${deepest} parentheses deep; at most ${MAX_GROUP_DEPTH} are supported`);
+    }
+  } else if (constraint.type === "json_schema" || constraint.type === "tagged_json") {
+    const depth = schemaDepth(constraint.schema, MAX_SCHEMA_DEPTH);
+    if (depth > MAX_SCHEMA_DEPTH) {
+      throw new ConstraintError(`${describe(constraint)} nests more than ${MAX_SCHEMA_DEPTH} levels deep (through $ref too), which is not supported`);
+    }
+  }
+}
+
 /** A JSON Schema that is not one (by the 2020-12 meta-schema) is refused with ajv's reason. */
 function checkSchema(schema: unknown): void {
   if (typeof schema === "boolean") return;
@@ -190,11 +226,24 @@ function checkSchema(schema: unknown): void {
 }
 
 /**
- * EBNF of a tagged_json constraint: XGrammar's own EBNF of the schema (compact form), its
- * `root` renamed, inside the tags.
+ * What XGrammar compiles for a schema, with what it gets wrong rewritten first (schemaRewrite.ts): the schema itself when it has no numeric bounds, else its
+ * EBNF (compact form) with exact bounds spliced in (numericBounds.ts); always the EBNF with
+ * `ebnfAlways`.
+ */
+async function schemaGrammar(schema: unknown, strict: boolean, ebnfAlways = false): Promise<{ schema: unknown } | { ebnf: string }> {
+  const spliced = spliceNumericBounds(rewriteForXGrammar(schema)); // throws when no value fits a sub-schema's bounds
+  if (spliced.rules.size === 0 && !ebnfAlways) return { schema: spliced.schema };
+  const ebnf = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(spliced.schema), false, -1, [", ", ": "], strict);
+  return { ebnf: spliced.rules.size === 0 ? ebnf : fillNumericBounds(ebnf, spliced.rules) };
+}
+
+/**
+ * EBNF of a tagged_json constraint: the schema's EBNF (compact form), its `root` renamed,
+ * inside the tags.
  */
 async function taggedJsonGrammar(constraint: Extract<GenerationConstraint, { type: "tagged_json" }>): Promise<string> {
-  const schema = await xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(constraint.schema), false, -1, [", ", ": "], true);
+  const grammar = await schemaGrammar(constraint.schema, true, true);
+  const schema = "ebnf" in grammar ? grammar.ebnf : "";
   const body = schema.replace(/\broot\b/g, "tagged_json_body");
   const literal = (text: string) => (text === "" ? "" : `${JSON.stringify(text)} `);
   const one = `${literal(constraint.begin)}tagged_json_body ${literal(constraint.end)}`.trim();

@@ -5,6 +5,7 @@
 import { samplingSchemas } from "../../engine/sampling.js";
 import { deepFreeze } from "../shell/schemas.js";
 import { responseFormatSchema } from "./responseFormat.js";
+import { structuredOutputsProperties } from "./structuredOutputs.js";
 
 export const PROMPT_MAX_CHARS = 2000;
 export const MAX_NEW_TOKENS_MAX = 512;
@@ -65,6 +66,7 @@ export const generateRequestSchema = deepFreeze({
     },
     ...samplingProperties,
     response_format: { ...responseFormatSchema, description: "Extension (OpenAI's field): the continuation is JSON, any object or one matching a JSON Schema." },
+    ...structuredOutputsProperties,
   },
 });
 

@@ -1,9 +1,9 @@
 /** The spec's generate body validated into the engine's request (camelCase), and the sampling fields every text route shares. */
 import type { CompletionRequest } from "../../types.js";
-import { constraintOfResponseFormat } from "./responseFormat.js";
 import { settingsFromWire, type OptionalSamplingSettings } from "../../engine/sampling.js";
 import { check, compile } from "../shell/validation.js";
 import { generateRequestSchema } from "./schemas.js";
+import { constraintField } from "./structuredOutputs.js";
 
 const validateGenerate = compile(generateRequestSchema);
 
@@ -29,12 +29,6 @@ export function parseGenerateRequest(body: unknown): CompletionRequest {
     temperature: wire.temperature,
     topK: wire.top_k,
     ...samplingFromWire(wire),
-    ...constraintField(wire["response_format"]),
+    ...constraintField(wire),
   };
-}
-
-/** `{constraint}` when `response_format` asks for one, else nothing. */
-export function constraintField(value: unknown): Pick<CompletionRequest, "constraint"> {
-  const constraint = constraintOfResponseFormat(value);
-  return constraint ? { constraint } : {};
 }

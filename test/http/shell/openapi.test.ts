@@ -56,6 +56,11 @@ describe("GET /openapi.json", function () {
       "prompt", "max_new_tokens", "temperature", "top_k",
       "seed", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop",
       "response_format",
+      "structured_outputs",
+      "guided_json",
+      "guided_regex",
+      "guided_choice",
+      "guided_grammar",
     );
   });
 

@@ -6,7 +6,7 @@ import { ServingError } from "../../../errors.js";
 import type { ChatTemplate, CompletionRequest } from "../../../types.js";
 import { check, compile } from "../../shell/validation.js";
 import { samplingFromWire } from "../validation.js";
-import { constraintField } from "../validation.js";
+import { constraintField } from "../structuredOutputs.js";
 import { defaultToolPrompt, toolConstraint, toolFormatOf, type ToolChoice, type ToolFormat, type ToolFunction } from "../tools/toolCalls.js";
 import { renderChat, type ChatMessage } from "./chat.js";
 import { DEFAULT_MAX_TOKENS, MAX_CHOICES, chatCompletionRequestSchema, completionRequestSchema } from "./schemas.js";
@@ -77,7 +77,7 @@ export function parseCompletion(body: unknown): ParsedCompletion {
   const wire = check<Wire>(validateCompletion, body, "body");
   refuseUnsupported(wire);
   const prompt = wire["prompt"] as string | string[] | number[] | number[][];
-  const settings = { ...base(wire, present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.completions), ...constraintField(wire["response_format"]) };
+  const settings = { ...base(wire, present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.completions), ...constraintField(wire) };
   const logprobs = present<number>(wire, "logprobs");
   if (logprobs !== undefined) settings.logprobs = logprobs;
   let prompts: (string | number[])[];
@@ -108,7 +108,8 @@ export function parseChat(body: unknown, template: ChatTemplate | undefined): Pa
   refuseUnsupported(wire);
   const maxTokens =
     present<number>(wire, "max_completion_tokens") ?? present<number>(wire, "max_tokens") ?? DEFAULT_MAX_TOKENS.chat;
-  const settings: Omit<CompletionRequest, "prompt"> = { ...base(wire, maxTokens), ...constraintField(wire["response_format"]) };
+  const hasTools = (present<unknown[]>(wire, "tools") ?? []).length > 0;
+  const settings: Omit<CompletionRequest, "prompt"> = { ...base(wire, maxTokens), ...constraintField(wire, { tools: hasTools }) };
   const logprobs = present<boolean>(wire, "logprobs") ?? false;
   const top = present<number>(wire, "top_logprobs");
   if (top !== undefined && !logprobs) throw badRequest("top_logprobs", "top_logprobs needs logprobs: true");

@@ -6,6 +6,7 @@
  */
 import { responseFormatSchema } from "../responseFormat.js";
 import { MAX_NEW_TOKENS_MAX, samplingProperties } from "../schemas.js";
+import { structuredOutputsProperties } from "../structuredOutputs.js";
 
 /** Most choices one request may ask for (prompts x n). */
 export const MAX_CHOICES = 16;
@@ -29,6 +30,7 @@ const common = {
   }),
   user: { type: "string", description: "Accepted and ignored (not logged)." },
   response_format: responseFormatSchema,
+  ...structuredOutputsProperties,
   ...samplingProperties,
 } as const;
 
