@@ -13,7 +13,7 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 
 import type { GenerationConstraint } from "../../types.js";
 import { fillNumericBounds, spliceNumericBounds } from "./numericBounds.js";
-import { rewriteForXGrammar, schemaDepth } from "./schemaRewrite.js";
+import { rewriteForXGrammar, schemaDepth, unenforcedKeyword } from "./schemaRewrite.js";
 import { refusedTokenMask, secondByteRange, tokenBytes, type Vocabulary } from "./vocabulary.js";
 import { withXGrammarErrors, xgrammar } from "./xgrammar.js";
 
@@ -207,6 +207,10 @@ function checkDepth(constraint: GenerationConstraint): void {
     const depth = schemaDepth(constraint.schema, MAX_SCHEMA_DEPTH);
     if (depth > MAX_SCHEMA_DEPTH) {
       throw new ConstraintError(`${describe(constraint)} nests more than ${MAX_SCHEMA_DEPTH} levels deep (through $ref too), which is not supported`);
+    }
+    const unenforced = unenforcedKeyword(constraint.schema);
+    if (unenforced !== undefined) {
+      throw new ConstraintError(`${describe(constraint)} uses ${unenforced}, which structured output cannot enforce (docs/openai.md lists what it can)`);
     }
   }
 }

@@ -59,6 +59,45 @@ function listRequired(node: Record<string, unknown>): Record<string, unknown> {
   return { ...node, properties: { ...properties, ...Object.fromEntries(missing.map((name) => [name, value])) } };
 }
 
+/**
+ * Keywords XGrammar 0.1.27 accepts and does not enforce (acceptance probes against ajv, see
+ * docs/openai.md): a schema using one is refused rather than answered with output that may
+ * fail it, as vLLM refuses schemas its XGrammar backend cannot hold. `oneOf` is read as
+ * `anyOf` (exact for disjoint branches such as discriminated unions) and stays accepted, as do
+ * `allOf` of one sub-schema and `uniqueItems: false`.
+ */
+const UNENFORCED = ["multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "contains", "minContains", "maxContains"];
+
+/** Keywords holding one sub-schema or several, each once (`items` is either). */
+const SUBSCHEMA_KEYS = [...new Set([...ONE, ...MANY])];
+
+/** The first keyword of the schema that a constraint could not enforce, with its path; undefined when none. */
+export function unenforcedKeyword(schema: unknown): string | undefined {
+  let found: string | undefined;
+  const walk = (node: unknown, path: string): void => {
+    if (found !== undefined || typeof node !== "object" || node === null) return;
+    if (Array.isArray(node)) {
+      node.forEach((item, i) => walk(item, `${path}/${i}`));
+      return;
+    }
+    const object = node as Record<string, unknown>;
+    const named = UNENFORCED.find((key) => key in object);
+    if (named !== undefined) found = `${path}/${named}`;
+    else if (object.uniqueItems === true) found = `${path}/uniqueItems`;
+    else if (Array.isArray(object.allOf) && object.allOf.length > 1) found = `${path}/allOf`;
+    if (found !== undefined) return;
+    for (const key of SUBSCHEMA_KEYS) if (typeof object[key] === "object") walk(object[key], `${path}/${key}`);
+    for (const key of MAP) {
+      const map = object[key];
+      if (typeof map === "object" && map !== null && !Array.isArray(map)) {
+        for (const [name, sub] of Object.entries(map)) walk(sub, `${path}/${key}/${name}`);
+      }
+    }
+  };
+  walk(schema, "");
+  return found;
+}
+
 /** The schema with the rewrites above applied to every sub-schema. */
 export function rewriteForXGrammar(schema: unknown): unknown {
   return mapSubschemas(schema, (node) => listRequired(exactFormat(node)));

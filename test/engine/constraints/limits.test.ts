@@ -47,4 +47,34 @@ describe("constraints: nesting limits", function () {
     ];
     for (const constraint of fine) await compiler.compile(constraint);
   });
+
+  it("refuses keywords XGrammar would accept and not enforce, naming each, and keeps oneOf, one-schema allOf and uniqueItems false", async () => {
+    const compiler = await ConstraintCompiler.create(byteVocabulary(259, [257]));
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ type: "integer", multipleOf: 5 }, "/multipleOf"],
+      [{ type: "array", items: { type: "integer" }, uniqueItems: true }, "/uniqueItems"],
+      [{ type: "object", properties: { a: { not: { type: "null" } } } }, "/properties/a/not"],
+      [{ type: "object", properties: { a: { type: "integer" } }, if: { required: ["a"] }, then: { required: ["b"] } }, "/if"],
+      [{ type: "object", dependentRequired: { a: ["b"] } }, "/dependentRequired"],
+      [{ type: "array", contains: { const: 1 } }, "/contains"],
+      [{ $defs: { n: { allOf: [{ type: "integer" }, { minimum: 5 }] } }, $ref: "#/$defs/n" }, "/$defs/n/allOf"],
+      [{ type: "array", items: { anyOf: [{ type: "string" }, { type: "number", multipleOf: 0.5 }] } }, "/items/anyOf/1/multipleOf"],
+    ];
+    for (const [schema, path] of refused) {
+      let caught: unknown;
+      await compiler.compile({ type: "json_schema", schema }).catch((err: unknown) => (caught = err));
+      expect(caught, path).to.be.instanceOf(ConstraintError);
+      expect((caught as Error).message).to.contain(`uses ${path}, which structured output cannot enforce`);
+    }
+    let caught: unknown;
+    await compiler.compile({ type: "tagged_json", begin: "<a>", end: "</a>", schema: { type: "object", properties: { n: { type: "integer", multipleOf: 2 } } } }).catch((err: unknown) => (caught = err));
+    expect((caught as Error).message).to.match(/tool-call format uses \/properties\/n\/multipleOf/);
+    for (const schema of [
+      { oneOf: [{ type: "object", properties: { kind: { const: "a" } }, required: ["kind"] }, { type: "object", properties: { kind: { const: "b" } }, required: ["kind"] }] },
+      { allOf: [{ type: "object", properties: { a: { type: "integer" } } }] },
+      { type: "array", items: { type: "integer" }, uniqueItems: false },
+    ]) {
+      await compiler.compile({ type: "json_schema", schema });
+    }
+  });
 });
