@@ -2,6 +2,8 @@
 
 #include <malloc.h>
 
+#include <chrono>
+
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -22,6 +24,12 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
   try {
     stepper_.reset();  // the previous runtime's weights go before the next one packs its own
     RuntimeChoice choice = ChooseRuntime(loaded_, request);
+    auto lap = std::chrono::steady_clock::now();
+    const auto record = [&](const char* name) {
+      const auto now = std::chrono::steady_clock::now();
+      choice.phases.emplace_back(name, std::chrono::duration<double>(now - lap).count());
+      lap = now;
+    };
     stepper_ = std::move(choice.stepper);
     if (choice.runtime == "native" && request.releaseModuleWeights) {
       // The native runtime packed its own copy: the module's parameters are not read again.
@@ -31,6 +39,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
     // in the heap; hand the free pages back so resident memory shows what is held.
     malloc_trim(0);
+    record("release");
     decode_ = decode;
     prefix_.Resize(0);
     GenerateRow row;
@@ -48,7 +57,8 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       const Generation& done = *warmup->generation;
       if (done.failed) throw CodedError(done.error.code, done.error.message);
     }
-    return {choice.runtime, choice.kernels, choice.note, stepper_->CacheBytesPerRow()};
+    record("warm-up");
+    return {choice.runtime, choice.kernels, choice.note, stepper_->CacheBytesPerRow(), std::move(choice.phases)};
   } catch (...) {
     stepper_.reset();
     throw;
