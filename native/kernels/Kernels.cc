@@ -142,14 +142,15 @@ void AdviseHugePages(void* memory, size_t bytes) {
 
 namespace {
 
-// 64-byte aligned memory; a block of many megabytes (a packed weight) is 2 MiB aligned and
-// advised onto huge pages before it is first written: packing a 1B model's weights touched
-// ~600k fresh 4 KiB pages, and the page faults cost more than the copying.
-void* AllocateAligned(size_t bytes) {
-  constexpr size_t kHugeWorthy = size_t{8} << 20;
+// 64-byte aligned memory. A block of many megabytes that is written whole at once (a packed
+// weight) is 2 MiB aligned and advised onto huge pages before it is first written: packing a
+// 1B model's weights touched ~600k fresh 4 KiB pages, and the page faults cost more than the
+// copying.
+void* AllocateAligned(size_t bytes, bool whole) {
+  const bool huge = whole && bytes >= (size_t{8} << 20);
   void* memory = nullptr;
-  if (posix_memalign(&memory, bytes >= kHugeWorthy ? size_t{2} << 20 : 64, bytes) != 0) throw std::bad_alloc();
-  if (bytes >= kHugeWorthy) AdviseHugePages(memory, bytes);
+  if (posix_memalign(&memory, huge ? size_t{2} << 20 : 64, bytes) != 0) throw std::bad_alloc();
+  if (huge) AdviseHugePages(memory, bytes);
   return memory;
 }
 
@@ -157,9 +158,9 @@ void* AllocateAligned(size_t bytes) {
 
 void AlignedFloats::Free::operator()(float* p) const { std::free(p); }
 
-void AlignedFloats::Resize(size_t count) {
+void AlignedFloats::Resize(size_t count, bool whole) {
   if (count <= size && data) return;
-  data.reset(static_cast<float*>(AllocateAligned(std::max<size_t>(count, 16) * sizeof(float))));
+  data.reset(static_cast<float*>(AllocateAligned(std::max<size_t>(count, 16) * sizeof(float), whole)));
   size = count;
 }
 
@@ -216,7 +217,7 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
   // zeroed here (a memset of the whole block was one more pass over it).
   const size_t lastPanel = static_cast<size_t>(panels_ - 1) * k * 16;
   if (type == WeightType::F32) {
-    packed_.Resize(count);
+    packed_.Resize(count, true);
     std::memset(packed_.get() + lastPanel, 0, sizeof(float) * (count - lastPanel));
     for (int col = 0; col < n; ++col) {
       float* panel = packed_.get() + static_cast<size_t>(col / 16) * k * 16 + col % 16;
@@ -224,7 +225,7 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
     }
     return;
   }
-  halves_.reset(static_cast<uint16_t*>(AllocateAligned(std::max<size_t>(count, 32) * sizeof(uint16_t))));
+  halves_.reset(static_cast<uint16_t*>(AllocateAligned(std::max<size_t>(count, 32) * sizeof(uint16_t), true)));
   std::memset(halves_.get() + lastPanel, 0, sizeof(uint16_t) * (count - lastPanel));
   // Panel by panel, writing each in order while reading its 16 rows side by side.
   for (int p = 0; p < panels_; ++p) {

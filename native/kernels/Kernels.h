@@ -23,7 +23,10 @@ struct AlignedFloats {
   };
   std::unique_ptr<float[], Free> data;
   size_t size = 0;
-  void Resize(size_t count);  // contents are not preserved or initialised; large ones on huge pages
+  // Contents are not preserved or initialised. `whole`: the caller writes all of it at once
+  // (a packed weight), so a large block goes on huge pages; a KV cache or scratch buffer,
+  // touched a little at a time, stays on 4 KiB pages so resident memory counts what is used.
+  void Resize(size_t count, bool whole = false);
   float* get() const { return data.get(); }
 };
 
