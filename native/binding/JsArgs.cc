@@ -174,6 +174,12 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   Napi::Value fields = settings.Get("modelConfig");
   if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
   request.threads = std::max(1, threads);
+  request.checkCacheDir = TextField(settings, "loadCheckCache", "");
+  const std::string check = TextField(settings, "loadCheck", "cached");
+  if (check != "cached" && check != "always") {
+    throw CodedError(ErrorCode::kInvalidArgument, "loadCheck must be \"cached\" or \"always\", got \"" + check + "\"");
+  }
+  request.forceCheck = check == "always";
   return request;
 }
 

@@ -302,6 +302,9 @@ Napi::Value TorchModel::Configure(const Napi::CallbackInfo& info) {
         if (!result.kernels.empty()) out.Set("kernels", result.kernels);
         if (!result.note.empty()) out.Set("note", result.note);
         out.Set("kvBytesPerRow", Napi::Number::New(env, static_cast<double>(result.kvBytesPerRow)));
+        Napi::Object phases = Napi::Object::New(env);
+        for (const auto& [name, seconds] : result.phases) phases.Set(name, Napi::Number::New(env, seconds));
+        out.Set("phases", phases);
         deferred.Resolve(out);
       }
       self->Settle(env);

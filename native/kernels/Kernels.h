@@ -12,6 +12,10 @@
 
 namespace tsn {
 
+// Asks the kernel to back the whole 2 MiB pages of [memory, memory + bytes) with huge pages
+// (before they are first written): one fault per 2 MiB instead of per 4 KiB.
+void AdviseHugePages(void* memory, size_t bytes);
+
 // 64-byte aligned float storage.
 struct AlignedFloats {
   struct Free {
@@ -19,7 +23,10 @@ struct AlignedFloats {
   };
   std::unique_ptr<float[], Free> data;
   size_t size = 0;
-  void Resize(size_t count);  // contents are not preserved or initialised
+  // Contents are not preserved or initialised. `whole`: the caller writes all of it at once
+  // (a packed weight), so a large block goes on huge pages; a KV cache or scratch buffer,
+  // touched a little at a time, stays on 4 KiB pages so resident memory counts what is used.
+  void Resize(size_t count, bool whole = false);
   float* get() const { return data.get(); }
 };
 
@@ -45,6 +52,10 @@ class PackedLinear {
   // The same from a weight stored as `source` (float32 values, or bf16 / fp16 bits): a 16-bit
   // weight packed to its own type is moved bit for bit, with no float32 copy of it on the way.
   PackedLinear(const void* weight, WeightType source, const float* bias, int n, int k, WeightType type);
+  // The same from row blocks stacked on top of each other (q, k and v; gate and up): parts[i]
+  // holds rows[i] rows of k values; n is their sum. No stacked copy is made on the way.
+  PackedLinear(const std::vector<const void*>& parts, const std::vector<int>& rows, WeightType source,
+               const float* bias, int n, int k, WeightType type);
   // A quantized weight read where it lies: rows[c] holds output column c's GGUF row of
   // types[c]; `owner` keeps that memory alive (the checkpoint's tensors). Nothing is copied.
   PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightType> types, std::shared_ptr<const void> owner,

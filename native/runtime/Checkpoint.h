@@ -11,6 +11,7 @@
 namespace tsn {
 
 struct LoadedModel {
+  std::string path;  // the archive it was read from
   std::shared_ptr<torch::jit::Module> module;
   c10::Device device{c10::kCPU};
   std::map<std::string, std::string> extraFiles;  // only those present in the archive

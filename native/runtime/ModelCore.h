@@ -24,6 +24,7 @@ struct ConfigureResult {
   std::string kernels;  // the native kernel family; empty for TorchScript
   std::string note;     // why "auto" did not choose native, when it did not
   int64_t kvBytesPerRow = 0;  // the chosen stepper's cache bytes per row
+  std::vector<std::pair<std::string, double>> phases;  // seconds per step of configuring, in order
 };
 
 class ModelCore {

@@ -4,11 +4,15 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/version.h>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "runtime/LoadCheckCache.h"
 #include "steppers/NativeRegistry.h"
 #include "steppers/ScriptStepper.h"
 
@@ -124,6 +128,74 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
   return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
 }
 
+// Seconds since the last Lap (or construction), recorded under `name` in `phases`.
+class PhaseClock {
+ public:
+  explicit PhaseClock(std::vector<std::pair<std::string, double>>& phases) : phases_(phases) {}
+  void Lap(const std::string& name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases_.emplace_back(name, std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  std::vector<std::pair<std::string, double>>& phases_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// Everything a verdict of the load-time check depends on, one fact a line: the archive's
+// contents (its digest), the addon and libtorch builds (the native forward, the probe and the
+// tolerances are compiled in), the kernel family and thread count the native forward ran on,
+// and config.json as the runtime reads it.
+std::string CheckKey(const RuntimeRequest& request, const std::string& family, const std::string& digest, double tolerance) {
+  std::ostringstream key;
+  key.precision(17);
+  key << "torchserve-node load-time check 1\n"
+      << "archive " << digest << "\n"
+      << "addon " << AddonIdentity() << "\n"
+      << "libtorch " << TORCH_VERSION << "\n"
+      << "architecture " << request.architecture << "\n"
+      << "dtype " << c10::toString(request.dtype) << "\n"
+      << "kernels " << family << "\n"
+      << "threads " << request.threads << "\n"
+      << "tolerance " << tolerance << "\n";
+  for (const auto& [name, value] : request.fields.numbers) key << "config " << name << " " << value << "\n";
+  for (const auto& [name, value] : request.fields.strings) key << "config " << name << " \"" << value << "\"\n";
+  return key.str();
+}
+
+// The load-time check: the checkpoint's own forward on the probe (its 16-bit parameters
+// widened to float32 in place for it, and narrowed back after), then the native stepper is
+// built (`native`) and run on the same tokens. The largest relative logit difference.
+double CheckNative(const LoadedModel& model, const RuntimeRequest& request, const NativeFactory& factory,
+                   const KernelSet& kernels, int64_t context, std::unique_ptr<Stepper>& native, PhaseClock& clock) {
+  const bool sixteen = request.dtype != at::kFloat;
+  // The reference logits come first, so nothing of the reference is alive while the native
+  // weights are packed. A 16-bit checkpoint is checked against its forward run in float32
+  // (kTolerance16) on the same weights: its parameters are widened in place for the probe
+  // and narrowed back after it (exactly), so a float32 copy of the module is never held
+  // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
+  std::vector<at::Tensor> feed, expected;
+  {
+    // The probe runs with torch's graph optimiser on, although two calls need no optimised
+    // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
+    // first call with the optimiser off left the module's forward failing an internal assert
+    // once the TorchScript runtime later ran it optimised (llama.py's Linear modules).
+    std::unique_ptr<WidenedParameters> widened;
+    if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
+    if (sixteen) clock.Lap("widen");
+    ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
+    expected = ProbeLogits(reference, context, feed);
+    clock.Lap("reference forward");
+  }
+  if (sixteen) clock.Lap("narrow");
+  native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+  clock.Lap("pack");
+  const double disagreement = Disagreement(expected, ProbeLogits(*native, context, feed));
+  clock.Lap("native forward");
+  return disagreement;
+}
+
 }  // namespace
 
 bool FastBf16Matmul() {
@@ -156,6 +228,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
     throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
   }
   RuntimeChoice choice;
+  PhaseClock clock(choice.phases);
   if (request.runtime == "torchscript") {
     choice.note = "TorchScript runtime: asked for";
     choice.stepper = MakeScriptStepper(model, request, choice.note);
@@ -163,7 +236,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
     return choice;
   }
 
-  std::string reason;
+  std::string reason, checkNote;
   const NativeFactory factory = FindNativeStepper(request.architecture);
   if (!factory) {
     reason = "architecture \"" + request.architecture + "\" has no native runtime";
@@ -174,53 +247,61 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       const KernelSet& kernels = SelectKernels(request.kernels);
       const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
       const bool sixteen = request.dtype != at::kFloat;
-      // The reference logits come first, so nothing of the reference is alive while the native
-      // weights are packed. A 16-bit checkpoint is checked against its forward run in float32
-      // (kTolerance16) on the same weights: its parameters are widened in place for the probe
-      // and narrowed back after it (exactly), so a float32 copy of the module is never held
-      // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
-      std::vector<at::Tensor> feed, expected;
-      {
-        // The probe runs with torch's graph optimiser on, although two calls need no optimised
-        // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
-        // first call with the optimiser off left the module's forward failing an internal assert
-        // once the TorchScript runtime later ran it optimised (llama.py's Linear modules).
-        std::unique_ptr<WidenedParameters> widened;
-        if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
-        ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
-        expected = ProbeLogits(reference, context, feed);
-      }
-      auto native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
-      const double disagreement = Disagreement(expected, ProbeLogits(*native, context, feed));
       const bool quantized = !request.fields.String("quantization", "").empty();
-      if (disagreement <= (quantized ? kToleranceQuantized : sixteen ? kTolerance16 : kTolerance32)) {
-        RuntimeVerdict verdict;
+      const double tolerance = quantized ? kToleranceQuantized : sixteen ? kTolerance16 : kTolerance32;
+      const std::string digest = request.checkCacheDir.empty() ? "" : ArchiveDigest(model.path);
+      const LoadCheckCache cache(digest.empty() ? "" : request.checkCacheDir,
+                                 CheckKey(request, kernels.name, digest, tolerance));
+      std::optional<CheckVerdict> verdict = request.forceCheck ? std::nullopt : cache.Find();
+      std::unique_ptr<Stepper> native;
+      if (verdict) {
+        checkNote = "load-time check " + std::string(verdict->agrees ? "passed" : "failed") + " on " + verdict->checked +
+                    " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+        if (verdict->agrees) {
+          native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+          clock.Lap("pack");
+        }
+      } else {
+        verdict.emplace();
+        verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock);
+        verdict->agrees = verdict->disagreement <= tolerance;
+        std::string error;
+        if (cache.Remember(*verdict, error)) {
+          checkNote = "load-time check ran, verdict remembered in " + cache.file();
+        } else if (!error.empty()) {
+          checkNote = "load-time check ran; its verdict could not be remembered: " + error;
+        }
+        if (!verdict->agrees) native.reset();  // the TorchScript runtime serves: its weights go first
+      }
+      if (verdict->agrees) {
+        RuntimeVerdict decision;
         if (request.runtime == "native") {
-          verdict.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
+          decision.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
         } else if (!NeedsTiming(kernels.name)) {
-          verdict = DecideRuntime(kernels.name, RuntimeTimings{});
+          decision = DecideRuntime(kernels.name, RuntimeTimings{});
         } else {
           std::string note;
           std::unique_ptr<ScriptStepper> candidate = MakeScriptStepper(model, request, note);
           RuntimeTimings timings;
           timings.native = TimeWorkload(*native);
           timings.script = TimeWorkload(*candidate);
-          verdict = DecideRuntime(kernels.name, timings);
-          if (!verdict.native) {
+          clock.Lap("timing");
+          decision = DecideRuntime(kernels.name, timings);
+          if (!decision.native) {
             choice.stepper = std::move(candidate);
             choice.runtime = "torchscript";
-            choice.note = verdict.reason + (note.empty() ? "" : "; " + note);
+            choice.note = decision.reason + (note.empty() ? "" : "; " + note);
             return choice;
           }
         }
         choice.stepper = std::move(native);
         choice.runtime = "native";
         choice.kernels = kernels.name;
-        choice.note = verdict.reason;
+        choice.note = decision.reason + (checkNote.empty() ? "" : "; " + checkNote);
         return choice;
       }
       reason = "the native forward disagrees with the checkpoint's (relative logit difference " +
-               std::to_string(disagreement) + ")";
+               std::to_string(verdict->disagreement) + ")" + (checkNote.empty() ? "" : "; " + checkNote);
     } catch (const CodedError& e) {
       reason = e.what();
     }

@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/Checkpoint.h"
 #include "steppers/ModelFields.h"
@@ -30,6 +32,12 @@ struct RuntimeRequest {
   bool releaseModuleWeights = false;
   ModelFields fields;             // config.json, flattened
   int threads = 1;
+  // Where verdicts of the load-time check are remembered (SERVICE_LOAD_CHECK_CACHE; see
+  // runtime/LoadCheckCache.h); empty: nowhere, the check runs on every load.
+  std::string checkCacheDir;
+  // Run the check even when a verdict is remembered (SERVICE_LOAD_CHECK=always), and
+  // remember the new one.
+  bool forceCheck = false;
 };
 
 struct RuntimeChoice {
@@ -37,6 +45,8 @@ struct RuntimeChoice {
   std::string runtime;  // "native" or "torchscript"
   std::string kernels;  // the kernel family of a native stepper; empty for TorchScript
   std::string note;     // why "auto" chose the runtime it chose
+  // Seconds of each step of the choice, in order ("check", "pack", ...), for the load log.
+  std::vector<std::pair<std::string, double>> phases;
 };
 
 // Seconds the same short workload took on each runtime at load; 0 when not timed.

@@ -78,10 +78,22 @@ PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const 
   for (int64_t r : rows) n += r;
   const QuantMatrix* first = Quantized(names[0]);
   if (first == nullptr) {
+    if (names.size() == 1) return Pack(Need(names[0], {rows[0], k}), bias, type);
+    // Fused as it is packed, part by part: no stacked copy of the layer is made.
     std::vector<at::Tensor> parts;
-    for (size_t i = 0; i < names.size(); ++i) parts.push_back(Need(names[i], {rows[i], k}));
-    // Fused in the checkpoint's dtype: a 16-bit layer's transient copy is 16-bit too.
-    return Pack(parts.size() == 1 ? parts[0] : at::cat(parts), bias, type);
+    std::vector<const void*> pointers;
+    std::vector<int> counts;
+    for (size_t i = 0; i < names.size(); ++i) {
+      parts.push_back(SourceOf(Need(names[i], {rows[i], k})));
+      if (parts.back().scalar_type() != parts.front().scalar_type()) Mismatch(names[i] + " has another dtype than " + names[0]);
+      pointers.push_back(parts.back().data_ptr());
+      counts.push_back(static_cast<int>(rows[i]));
+    }
+    const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
+    PackedLinear packed(pointers, counts, SourceType(parts.front()), floatBias.defined() ? floatBias.data_ptr<float>() : nullptr,
+                        static_cast<int>(n), static_cast<int>(k), type);
+    heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
+    return packed;
   }
   auto owners = std::make_shared<std::vector<at::Tensor>>();
   std::vector<const uint8_t*> pointers;
@@ -142,16 +154,21 @@ std::vector<float> DecoderStepper::Copy(const at::Tensor& tensor) {
   return std::vector<float>(data, data + floats.numel());
 }
 
-PackedLinear DecoderStepper::Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type) {
+at::Tensor DecoderStepper::SourceOf(const at::Tensor& weight) {
   at::Tensor source = weight.contiguous();
-  WeightType sourceType = WeightType::F32;
-  if (source.scalar_type() == at::kBFloat16) {
-    sourceType = WeightType::BF16;
-  } else if (source.scalar_type() == at::kHalf) {
-    sourceType = WeightType::F16;
-  } else if (source.scalar_type() != at::kFloat) {
-    source = source.to(at::kFloat);
-  }
+  const c10::ScalarType type = source.scalar_type();
+  return type == at::kBFloat16 || type == at::kHalf || type == at::kFloat ? source : source.to(at::kFloat);
+}
+
+WeightType DecoderStepper::SourceType(const at::Tensor& source) {
+  return source.scalar_type() == at::kBFloat16 ? WeightType::BF16
+         : source.scalar_type() == at::kHalf   ? WeightType::F16
+                                               : WeightType::F32;
+}
+
+PackedLinear DecoderStepper::Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type) {
+  const at::Tensor source = SourceOf(weight);
+  const WeightType sourceType = SourceType(source);
   const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
   PackedLinear packed(source.data_ptr(), sourceType, floatBias.defined() ? floatBias.data_ptr<float>() : nullptr,
                       static_cast<int>(source.size(0)), static_cast<int>(source.size(1)), type);

@@ -61,6 +61,9 @@ class DecoderStepper : public Stepper {
   // A weight [n, k] (float32, bf16 or fp16) and optional bias [n] packed as `type`, counted in
   // WeightBytes(); a 16-bit weight is packed from its own bits, never through a float32 copy.
   PackedLinear Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type);
+  // A weight as packing reads it: contiguous, in float32, bf16 or fp16; and which of these.
+  static at::Tensor SourceOf(const at::Tensor& weight);
+  static WeightType SourceType(const at::Tensor& source);
   // Lets go of the module's tensors once the packed weights are built: the runtime then
   // holds no reference to them, and releasing the module's parameters frees them.
   void DropWeights() {

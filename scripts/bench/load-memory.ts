@@ -12,13 +12,16 @@
  * reused buffer), so both the read and the load below find it cached: the ratio compares like
  * with like. Load time is TorchEngine.load: archive, runtime choice with its load-time check,
  * packing and warm-up. After load, a short greedy generation proves the model still serves.
+ * Each checkpoint loads twice, with a fresh directory for remembered verdicts of the load-time
+ * check (loadCheckCache): the first load checks and remembers, the second finds the verdict
+ * (a build that does not remember verdicts checks both times).
  * Weight bytes are the tensor bytes stored in the archive (its data/ entries). Results go to
  * .cache/bench/load-memory-latest.json.
  */
 import { execFileSync, fork } from "node:child_process";
-import { closeSync, openSync, readSync, readFileSync, statSync } from "node:fs";
-import { availableParallelism } from "node:os";
-import { basename } from "node:path";
+import { closeSync, mkdtempSync, openSync, readSync, readFileSync, rmSync, statSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
@@ -43,9 +46,14 @@ interface ChildReport {
   moduleBytes?: number;
   runtimeBytes?: number;
   generated: number;
+  /** Seconds of each step of TorchEngine.load (engine.loadPhases); absent from older builds. */
+  phases?: Record<string, number>;
 }
 
 interface Row extends ChildReport {
+  /** The second load, which finds the first one's remembered verdict. */
+  later: ChildReport;
+  laterLoadRatio: number;
   checkpoint: string;
   dtype: string;
   fileBytes: number;
@@ -64,13 +72,14 @@ function status(): { rss: number; hwm: number } {
   return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
-async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number): Promise<void> {
+async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string): Promise<void> {
   const baseline = status().rss;
   const start = performance.now();
   const engine = await TorchEngine.load(path, {
     runtime: runtime as "auto" | "native" | "torchscript",
     kvBudgetMb,
     threads,
+    loadCheckCache: cache,
   });
   const loadSeconds = (performance.now() - start) / 1000;
   const after = status();
@@ -90,6 +99,7 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
     ...(engine.kernels ? { kernels: engine.kernels } : {}),
     ...(memory ?? {}),
     generated: [...(text ?? "")].length,
+    ...(engine.loadPhases ? { phases: { ...engine.loadPhases } } : {}),
   };
   await engine.dispose();
   process.send!(report);
@@ -144,8 +154,8 @@ const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--child") {
-    const [, path, runtime, kv, threads, tokens] = argv;
-    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens));
+    const [, path, runtime, kv, threads, tokens, cache] = argv;
+    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!);
     return;
   }
   const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens"]);
@@ -164,7 +174,11 @@ async function main(): Promise<void> {
     const weightBytes = storedTensorBytes(checkpoint);
     readSeconds(checkpoint); // warms the page cache
     const read = readSeconds(checkpoint);
-    const report = await runChild(checkpoint, [runtime, String(kvBudgetMb), String(threads), String(tokens)]);
+    const cache = mkdtempSync(join(tmpdir(), "load-checks-"));
+    const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache];
+    const report = await runChild(checkpoint, args);
+    const later = await runChild(checkpoint, args);
+    rmSync(cache, { recursive: true, force: true });
     const kvBudgetBytes = kvBudgetMb * 2 ** 20;
     rows.push({
       checkpoint,
@@ -176,13 +190,15 @@ async function main(): Promise<void> {
       ...report,
       memoryRatio: report.rssBytes / (1.15 * weightBytes + kvBudgetBytes),
       loadRatio: report.loadSeconds / read,
+      later,
+      laterLoadRatio: later.loadSeconds / read,
     });
   }
 
   console.log(`runtime ${runtime}, KV budget ${kvBudgetMb} MiB, ${threads} threads; GB = 1e9 bytes`);
   console.log(
     "checkpoint                    dtype     weights  module  runtime  RSS before  RSS after  HWM     x weights  target  " +
-      "read s  load s  load/read",
+      "read s  load s  load/read  later s  later/read",
   );
   for (const row of rows) {
     const cells = [
@@ -199,10 +215,20 @@ async function main(): Promise<void> {
       row.readSeconds.toFixed(2).padStart(6),
       row.loadSeconds.toFixed(2).padStart(6),
       `${row.loadRatio.toFixed(2)}${row.loadRatio <= 2 ? " ok" : " MISS"}`.padStart(9),
+      row.later.loadSeconds.toFixed(2).padStart(7),
+      `${row.laterLoadRatio.toFixed(2)}${row.laterLoadRatio <= 2 ? " ok" : " MISS"}`.padStart(10),
     ];
     console.log(`${cells.join("  ")}   ${row.runtime}${row.kernels ? ` (${row.kernels})` : ""}`);
   }
   console.log("target: RSS after <= 1.15 x weights + KV budget (ratio <= 1), load <= 2 x read");
+  console.log("\nwhere the load's seconds go (TorchEngine.loadPhases):");
+  for (const row of rows) {
+    for (const [which, report] of [["first", row], ["later", row.later]] as const) {
+      const steps = Object.entries(report.phases ?? {}).filter(([name]) => name !== "total");
+      const text = steps.length ? steps.map(([name, s]) => `${name} ${s.toFixed(2)}`).join(", ") : "(not reported by this build)";
+      console.log(`  ${basename(row.checkpoint)} ${which}: ${text}`);
+    }
+  }
   const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, rows });
   console.log(`results: ${file}`);
 }

@@ -54,6 +54,14 @@ export interface TorchEngineOptions {
    */
   torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /**
+   * Where verdicts of the native runtime's load-time check are remembered
+   * (SERVICE_LOAD_CHECK_CACHE), so the same checkpoint on the same build, kernel family and
+   * threads is checked once, not on every load. Default: nowhere (every load checks).
+   */
+  loadCheckCache?: string;
+  /** SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict; "always" checks again. */
+  loadCheck?: "cached" | "always";
+  /**
    * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
    * has), "avx512_bf16", "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
    * and for testing every family on one machine.
@@ -111,20 +119,37 @@ export class TorchEngine implements TextGenerationEngine {
     readonly kvBytesPerRow: number,
     /** The vocabulary as the grammar engine reads it, built on the first constrained request. */
     private readonly vocabulary: () => Vocabulary,
+    /**
+     * Seconds each step of load() took, in order (checksum and addon, archive, tokenizer, then the
+     * runtime choice's: widen, reference forward, narrow, pack, native forward, release, warm-up),
+     * and the total: the load log carries them.
+     */
+    readonly loadPhases: Readonly<Record<string, number>> = {},
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
+    const started = performance.now();
+    const phases: Record<string, number> = {};
+    let lap = started;
+    const mark = (name: string) => {
+      const now = performance.now();
+      phases[name] = (now - lap) / 1000;
+      lap = now;
+    };
     if (options.verifyChecksum !== false) await verifyChecksum(path);
     const addon = loadAddon();
+    mark("checksum and addon");
     const model = await addon.loadLanguageModel(path, {
       device: options.device ?? "cpu",
       extraFiles: ["config.json", "tokenizer.json", "tokenizer_config.json"],
       threads: options.threads ?? defaultThreads(),
     });
+    mark("archive");
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
       const tokenizer = TorchEngine.makeTokenizer(config, model.extraFiles);
-      const { runtime, kernels, note, kvBytesPerRow } = await model.configure({
+      mark("tokenizer");
+      const { runtime, kernels, note, kvBytesPerRow, phases: configured } = await model.configure({
         contextLength: config.contextLength,
         eosTokenIds: config.tokenizer.eosTokenIds,
         warmupToken: tokenizer.encode("a")[0] ?? 0,
@@ -136,11 +161,16 @@ export class TorchEngine implements TextGenerationEngine {
         modelConfig: config.raw,
         // The engine never calls the module's forward itself: on the native runtime the weights are held once.
         releaseModuleWeights: true,
+        ...(options.loadCheckCache === undefined ? {} : { loadCheckCache: options.loadCheckCache }),
+        loadCheck: options.loadCheck ?? "cached",
         ...(options.kvBudgetMb === undefined ? {} : { kvBudgetMb: options.kvBudgetMb }),
         ...(options.stepTokens === undefined ? {} : { stepTokens: options.stepTokens }),
         ...(options.prefillPerDecode === undefined ? {} : { prefillPerDecode: options.prefillPerDecode }),
         prefixCache: options.prefixCache !== false,
       });
+      if (configured) Object.assign(phases, configured);
+      else mark("configure");
+      phases["total"] = (performance.now() - started) / 1000;
       return new TorchEngine(
         model,
         config,
@@ -152,6 +182,7 @@ export class TorchEngine implements TextGenerationEngine {
         options.kvBudgetMb ?? DEFAULT_KV_BUDGET_MB,
         kvBytesPerRow,
         () => TorchEngine.makeVocabulary(config, model.extraFiles),
+        phases,
       );
     } catch (err) {
       await model.dispose();

@@ -127,6 +127,15 @@ export interface RawLanguageModelSettings {
   /** config.json's scalar fields (nested objects one level down), for the native runtime. */
   modelConfig?: Record<string, unknown>;
   /**
+   * A directory where verdicts of the load-time check (the native forward against the
+   * checkpoint's own) are remembered, keyed by the archive's contents, the addon build, the
+   * kernel family, threads, dtype and config; a remembered verdict skips the check. Default:
+   * none (every configure checks).
+   */
+  loadCheckCache?: string;
+  /** "cached" (default: a remembered verdict is trusted) or "always" (check, and remember anew). */
+  loadCheck?: "cached" | "always";
+  /**
    * Memory for the KV cache in MiB (SERVICE_KV_BUDGET_MB), on either runtime: the TorchScript
    * cache's rows, the native runtime's decode slots. 0 or absent: 256 on the CPU, half the free
    * device memory on CUDA.
@@ -160,6 +169,8 @@ export interface RawRuntimeChoice {
   note?: string;
   /** Bytes of KV cache one row holds at full context in the chosen runtime (16-bit for bf16/fp16 checkpoints). */
   kvBytesPerRow: number;
+  /** Seconds of each step of configuring, in order ("check", "pack", "warm-up", ...); absent from older builds. */
+  phases?: Record<string, number>;
 }
 
 export interface RawAddon {

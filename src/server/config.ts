@@ -5,6 +5,7 @@
  * variable means the same everywhere. README "Configuration" lists them all.
  */
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { ServingError } from "../errors.js";
 import { parseApiKeys } from "../http/shell/apiKeys.js";
@@ -32,6 +33,14 @@ export interface EngineEnv {
   stepTokens: number | undefined;
   /** SERVICE_PREFIX_CACHE: "on" (default) reuses cached prompt prefixes; "off" prefills every prompt whole. */
   prefixCache: "on" | "off";
+  /**
+   * SERVICE_LOAD_CHECK_CACHE: the directory where verdicts of the native runtime's load-time check
+   * are remembered (default $XDG_CACHE_HOME/torchserve-node/load-checks, else
+   * ~/.cache/torchserve-node/load-checks); "off": none, every load checks.
+   */
+  loadCheckCache: string | undefined;
+  /** SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict; "always" checks on every load. */
+  loadCheck: "cached" | "always";
 }
 
 /** The recommender's variables. */
@@ -145,7 +154,17 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
     prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),
+    loadCheckCache: loadCheckCache(env),
+    loadCheck: oneOf(env, "SERVICE_LOAD_CHECK", ["cached", "always"] as const, "cached"),
   };
+}
+
+function loadCheckCache(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = text(env, "SERVICE_LOAD_CHECK_CACHE");
+  if (raw === "off") return undefined;
+  if (raw !== undefined) return raw;
+  const base = text(env, "XDG_CACHE_HOME") ?? (text(env, "HOME") ? join(text(env, "HOME")!, ".cache") : undefined);
+  return base === undefined ? undefined : join(base, "torchserve-node", "load-checks");
 }
 
 export function readRecommenderEnv(env: NodeJS.ProcessEnv = process.env): RecommenderEnv {

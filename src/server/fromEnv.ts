@@ -11,8 +11,19 @@ import { readEngineEnv, readRecommenderEnv, type EngineEnv } from "./config.js";
 
 /** The engine's options from its variables (the checkpoint apart). */
 export function engineOptions(settings: EngineEnv): TorchEngineOptions {
-  const { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens, prefixCache } = settings;
-  return { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens, prefixCache: prefixCache === "on" };
+  const { device, threads, runtime, kernels, torchscriptCompute, kvBudgetMb, stepTokens, prefixCache, loadCheckCache, loadCheck } = settings;
+  return {
+    device,
+    threads,
+    runtime,
+    kernels,
+    torchscriptCompute,
+    kvBudgetMb,
+    stepTokens,
+    prefixCache: prefixCache === "on",
+    ...(loadCheckCache === undefined ? {} : { loadCheckCache }),
+    loadCheck,
+  };
 }
 
 /**
@@ -20,7 +31,8 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
  * "cpu"), SERVICE_THREADS (default: the machine's cores minus one, at most 8),
  * SERVICE_RUNTIME (default "auto"), SERVICE_KERNELS (default "auto"),
  * SERVICE_TORCHSCRIPT_COMPUTE (default "auto"), SERVICE_KV_BUDGET_MB and SERVICE_STEP_TOKENS
- * (defaults: the engine's), SERVICE_PREFIX_CACHE (default "on").
+ * (defaults: the engine's), SERVICE_PREFIX_CACHE (default "on"), SERVICE_LOAD_CHECK_CACHE (default
+ * the user's cache directory) and SERVICE_LOAD_CHECK (default "cached").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const settings = readEngineEnv(env);

@@ -108,6 +108,7 @@ export async function startServer(config: ServerConfig, logger: LoggerLike): Pro
       kernels: engine.kernels,
       runtimeNote: engine.runtimeNote,
       contextLength: engine.config.contextLength,
+      loadSeconds: engine.loadPhases,
     },
     `language model loaded (runtime ${engine.runtime}${engine.kernels ? `, ${engine.kernels} kernels` : ""})`,
   );

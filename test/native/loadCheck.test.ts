@@ -1,0 +1,126 @@
+/**
+ * The load-time check's remembered verdicts (configure's loadCheckCache / loadCheck): a
+ * checkpoint is checked once per archive contents, build, kernel family, threads and config,
+ * and the check keeps its power: a config.json the checkpoint's forward does not follow
+ * (rms_norm_eps, which the native runtime reads from it and the TorchScript forward does not)
+ * is refused whether or not a pass was remembered for the true config, and an archive that
+ * differs by one byte is checked again.
+ */
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { loadAddon } from "../../src/native/binding.js";
+import type { RawLanguageModelSettings, RawRuntimeChoice } from "../../src/native/types.js";
+import { repoRoot } from "../helpers/fixtures.js";
+import { rejection } from "../helpers/rejection.js";
+
+const addon = loadAddon();
+const prompt = Int32Array.from([3, 17, 42, 5, 9]);
+
+describe("load-time check: remembered verdicts", function () {
+  this.timeout(300000);
+  let dir: string;
+  let checkpoint: string;
+
+  before(function () {
+    dir = mkdtempSync(join(tmpdir(), "tsn-load-check-"));
+    const made = spawnSync(
+      "/usr/bin/python3",
+      [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--only", "llama-gqa", "--export"],
+      { encoding: "utf8" },
+    );
+    expect(made.status, made.stderr).to.equal(0);
+    checkpoint = join(dir, "llama-gqa.pt");
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** Loads `file`, configures it with `settings` (config.json changed by `config`), greedy-decodes 6 tokens. */
+  async function load(
+    file: string,
+    settings: Partial<RawLanguageModelSettings>,
+    config: Record<string, unknown> = {},
+  ): Promise<{ choice: RawRuntimeChoice; tokens: number[] }> {
+    const model = await addon.loadLanguageModel(file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+    try {
+      const modelConfig = { ...(JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>), ...config };
+      const choice = await model.configure({
+        contextLength: 64,
+        architecture: "llama",
+        dtype: "float32",
+        modelConfig,
+        ...settings,
+      });
+      const [out] = await model.generate([{ tokens: prompt, maxNewTokens: 6, sampling: { temperature: 0, topK: 0, seed: -1 } }], null)
+        .result;
+      return { choice, tokens: Array.from(out!) };
+    } finally {
+      await model.dispose();
+    }
+  }
+
+  it("checks once: a later load of the same archive finds the verdict and serves the same tokens", async () => {
+    const cache = join(dir, "cache-once");
+    const first = await load(checkpoint, { runtime: "native", loadCheckCache: cache });
+    expect(first.choice.note).to.match(/load-time check ran, verdict remembered in /);
+    expect(readdirSync(cache)).to.have.length(1);
+    // The verdict follows the archive's contents, not its path.
+    const copy = join(dir, "copy-of-llama-gqa.pt");
+    copyFileSync(checkpoint, copy);
+    for (const file of [checkpoint, copy]) {
+      const later = await load(file, { runtime: "auto", loadCheckCache: cache });
+      expect(later.choice.runtime).to.equal("native");
+      expect(later.choice.note).to.match(/load-time check passed on \d{4}-\d\d-\d\dT[\d:]+Z .*remembered in /);
+      expect(later.tokens).to.deep.equal(first.tokens);
+    }
+    const again = await load(checkpoint, { runtime: "native", loadCheckCache: cache, loadCheck: "always" });
+    expect(again.choice.note).to.match(/load-time check ran/);
+    expect(readdirSync(cache)).to.have.length(1);
+  });
+
+  it("refuses a config.json the checkpoint's forward does not follow, though a pass for the true one is remembered", async () => {
+    const cache = join(dir, "cache-refuse");
+    expect((await load(checkpoint, { runtime: "native", loadCheckCache: cache })).choice.runtime).to.equal("native");
+    const wrong = { rms_norm_eps: 100 };
+    const native = await rejection(load(checkpoint, { runtime: "native", loadCheckCache: cache }, wrong));
+    expect(native.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+    expect(native.message).to.match(/native forward disagrees with the checkpoint's .*load-time check ran/);
+    // The failure was remembered too: "auto" goes to the TorchScript runtime without checking again.
+    const auto = await load(checkpoint, { runtime: "auto", loadCheckCache: cache }, wrong);
+    expect(auto.choice.runtime).to.equal("torchscript");
+    expect(auto.choice.note).to.match(/disagrees.*load-time check failed on .*remembered in /);
+    // Without the cache the check runs and refuses just the same.
+    const unremembered = await rejection(load(checkpoint, { runtime: "native" }, wrong));
+    expect(unremembered.message).to.match(/native forward disagrees/);
+    expect(readdirSync(cache)).to.have.length(2);
+  });
+
+  it("checks an archive that differs by one byte (its config.json) again", async () => {
+    const cache = join(dir, "cache-edit");
+    await load(checkpoint, { runtime: "native", loadCheckCache: cache });
+    const edited = join(dir, "edited.pt");
+    const code = `
+import sys, torch
+files = {"config.json": ""}
+module = torch.jit.load(sys.argv[1], _extra_files=files)
+torch.jit.save(module, sys.argv[2], _extra_files={"config.json": bytes(files["config.json"]) + b" "})
+`;
+    const made = spawnSync("/usr/bin/python3", ["-c", code, checkpoint, edited], { encoding: "utf8" });
+    expect(made.status, made.stderr).to.equal(0);
+    const later = await load(edited, { runtime: "native", loadCheckCache: cache });
+    expect(later.choice.note).to.match(/load-time check ran, verdict remembered/);
+  });
+
+  it("still checks, and serves, where the verdict cannot be written; rejects an unknown loadCheck", async () => {
+    const blocker = join(dir, "not-a-directory");
+    writeFileSync(blocker, "");
+    const { choice } = await load(checkpoint, { runtime: "native", loadCheckCache: join(blocker, "cache") });
+    expect(choice.runtime).to.equal("native");
+    expect(choice.note).to.match(/its verdict could not be remembered: cannot create/);
+    const bad = await rejection(load(checkpoint, { loadCheck: "sometimes" as "always" }));
+    expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
+    expect(bad.message).to.match(/loadCheck must be "cached" or "always"/);
+  });
+});
