@@ -23,47 +23,14 @@
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 
 import { loadAddon } from "../../src/native/binding.js";
-import type { KernelFamily, RawGenerateRow, RawLanguageModel } from "../../src/native/types.js";
+import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
+import { agreedSteps, greedy, nativeFixtureSet, type ReferenceCheckpoint } from "../helpers/nativeSet.js";
 import { rejection } from "../helpers/rejection.js";
-
-interface ReferenceCase {
-  prompt_ids: number[];
-  output_ids: number[];
-  margins: number[];
-  scales: number[];
-}
-interface ReferenceCheckpoint {
-  file: string;
-  dtype: "float32" | "bfloat16" | "float16";
-  quantization?: string;
-  architecture: string;
-  cases: ReferenceCase[];
-}
-
-const greedy = (c: ReferenceCase): RawGenerateRow => ({
-  tokens: Int32Array.from(c.prompt_ids),
-  maxNewTokens: c.output_ids.length,
-  sampling: { temperature: 0, topK: 0, seed: -1 },
-});
-
-/** Steps compared before the output parts from the reference; throws when it parts at a decisive step. */
-function agreedSteps(c: ReferenceCase, output: number[], tolerance: number, label: string): number {
-  expect(output.length, label).to.equal(c.output_ids.length);
-  for (let i = 0; i < output.length; i++) {
-    if (output[i] === c.output_ids[i]) continue;
-    const allowed = 2 * tolerance * c.scales[i]!;
-    expect(c.margins[i], `${label}: step ${i} chose ${output[i]}, the reference ${c.output_ids[i]} by a margin of ${c.margins[i]}`)
-      .to.be.at.most(allowed);
-    return i;
-  }
-  return output.length;
-}
 
 const addon = loadAddon();
 const cpuFlags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
@@ -87,21 +54,12 @@ const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }>
 ];
 
 describe("llama and 16-bit checkpoints", function () {
-  let dir: string;
   let reference: Record<string, ReferenceCheckpoint>;
 
   before(function () {
-    this.timeout(600000);  // the fixtures include quantized exports (Q4_K is slow to quantize)
-    dir = mkdtempSync(join(tmpdir(), "tsn-llama-"));
-    const made = spawnSync(
-      "/usr/bin/python3",
-      [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--native-set"],
-      { encoding: "utf8" },
-    );
-    expect(made.status, made.stderr).to.equal(0);
-    reference = JSON.parse(readFileSync(join(dir, "reference.json"), "utf8")) as typeof reference;
+    this.timeout(600000); // the set includes quantized exports (Q4_K is slow to quantize); made once per process
+    reference = nativeFixtureSet();
   });
-  after(() => rmSync(dir, { recursive: true, force: true }));
 
   it("rotates by the checkpoint's own frequencies (rope_inv_freq), whatever config.json says of rope", async () => {
     const checkpoint = reference["llama3-scaled"]!;
@@ -128,7 +86,7 @@ describe("llama and 16-bit checkpoints", function () {
   it("refuses the native runtime for a llama layout without the rope_inv_freq buffer, naming it", async () => {
     // The llama-gqa checkpoint rebuilt with its frequencies as a plain attribute: the
     // TorchScript forward still runs, but nothing tells the native runtime how to rotate.
-    const file = join(dir, "llama-no-rope-buffer.pt");
+    const file = join(dirname(reference["llama-gqa"]!.file), "llama-no-rope-buffer.pt");
     const code = `
 import dataclasses, json, sys, torch
 sys.path.insert(0, ${JSON.stringify(join(repoRoot, "python"))})

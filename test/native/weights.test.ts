@@ -8,67 +8,24 @@
  * Greedy output after the release still agrees with the Python reference as in llama.test.ts.
  */
 import { expect } from "chai";
-import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { loadAddon } from "../../src/native/binding.js";
-import type { RawGenerateRow, RawLanguageModel, RawTensor } from "../../src/native/types.js";
-import { repoRoot } from "../helpers/fixtures.js";
+import type { RawLanguageModel, RawTensor } from "../../src/native/types.js";
+import { agreedSteps, greedy, nativeFixtureSet, type ReferenceCheckpoint } from "../helpers/nativeSet.js";
 import { rejection } from "../helpers/rejection.js";
-
-interface ReferenceCase {
-  prompt_ids: number[];
-  output_ids: number[];
-  margins: number[];
-  scales: number[];
-}
-interface ReferenceCheckpoint {
-  file: string;
-  dtype: "float32" | "bfloat16" | "float16";
-  architecture: string;
-  cases: ReferenceCase[];
-}
 
 const addon = loadAddon();
 
-/** Steps before the output parts from the reference; fails when it parts where the reference was not near a tie. */
-function agreedSteps(c: ReferenceCase, output: number[], tolerance: number, label: string): number {
-  expect(output.length, label).to.equal(c.output_ids.length);
-  for (let i = 0; i < output.length; i++) {
-    if (output[i] === c.output_ids[i]) continue;
-    expect(c.margins[i], `${label}: step ${i} chose ${output[i]}, the reference ${c.output_ids[i]}`).to.be.at.most(
-      2 * tolerance * c.scales[i]!,
-    );
-    return i;
-  }
-  return output.length;
-}
-
-const greedy = (c: ReferenceCase): RawGenerateRow => ({
-  tokens: Int32Array.from(c.prompt_ids),
-  maxNewTokens: c.output_ids.length,
-  sampling: { temperature: 0, topK: 0, seed: -1 },
-});
-
 describe("weights held once", function () {
   this.timeout(300000);
-  let dir: string;
   let reference: Record<string, ReferenceCheckpoint>;
 
   before(function () {
-    dir = mkdtempSync(join(tmpdir(), "tsn-weights-"));
-    const made = spawnSync(
-      "/usr/bin/python3",
-      [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--native-set"],
-      { encoding: "utf8" },
-    );
-    expect(made.status, made.stderr).to.equal(0);
-    reference = JSON.parse(readFileSync(join(dir, "reference.json"), "utf8")) as typeof reference;
+    this.timeout(600000); // the set includes quantized exports (Q4_K is slow to quantize); made once per process
+    reference = nativeFixtureSet();
   });
-  after(() => rmSync(dir, { recursive: true, force: true }));
 
   async function load(name: string): Promise<{ model: RawLanguageModel; checkpoint: ReferenceCheckpoint; config: Record<string, unknown> }> {
     const checkpoint = reference[name]!;
