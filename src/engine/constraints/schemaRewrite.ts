@@ -68,34 +68,42 @@ function listRequired(node: Record<string, unknown>): Record<string, unknown> {
  */
 const UNENFORCED = ["multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "contains", "minContains", "maxContains"];
 
-/** Keywords holding one sub-schema or several, each once (`items` is either). */
-const SUBSCHEMA_KEYS = [...new Set([...ONE, ...MANY])];
-
 /** The first keyword of the schema that a constraint could not enforce, with its path; undefined when none. */
 export function unenforcedKeyword(schema: unknown): string | undefined {
-  let found: string | undefined;
-  const walk = (node: unknown, path: string): void => {
-    if (found !== undefined || typeof node !== "object" || node === null) return;
-    if (Array.isArray(node)) {
-      node.forEach((item, i) => walk(item, `${path}/${i}`));
-      return;
-    }
+  const walk = (node: unknown, path: string): string | undefined => {
+    if (typeof node !== "object" || node === null || Array.isArray(node)) return undefined;
     const object = node as Record<string, unknown>;
     const named = UNENFORCED.find((key) => key in object);
-    if (named !== undefined) found = `${path}/${named}`;
-    else if (object.uniqueItems === true) found = `${path}/uniqueItems`;
-    else if (Array.isArray(object.allOf) && object.allOf.length > 1) found = `${path}/allOf`;
-    if (found !== undefined) return;
-    for (const key of SUBSCHEMA_KEYS) if (typeof object[key] === "object") walk(object[key], `${path}/${key}`);
-    for (const key of MAP) {
-      const map = object[key];
-      if (typeof map === "object" && map !== null && !Array.isArray(map)) {
-        for (const [name, sub] of Object.entries(map)) walk(sub, `${path}/${key}/${name}`);
-      }
+    if (named !== undefined) return `${path}/${named}`;
+    if (object.uniqueItems === true) return `${path}/uniqueItems`;
+    if (Array.isArray(object.allOf) && object.allOf.length > 1) return `${path}/allOf`;
+    for (const [step, child] of subschemas(object)) {
+      const found = walk(child, `${path}${step}`);
+      if (found !== undefined) return found;
     }
+    return undefined;
   };
-  walk(schema, "");
-  return found;
+  return walk(schema, "");
+}
+
+/** The sub-schemas directly under a schema object, each with its path step (`/items`, `/anyOf/1`, `/properties/a`). */
+function subschemas(object: Record<string, unknown>): Array<[string, unknown]> {
+  const children: Array<[string, unknown]> = [];
+  for (const key of ONE) {
+    const value = object[key];
+    if (typeof value === "object" && value !== null && !Array.isArray(value)) children.push([`/${key}`, value]);
+  }
+  for (const key of MANY) {
+    const value = object[key];
+    if (Array.isArray(value)) value.forEach((item, i) => children.push([`/${key}/${i}`, item]));
+  }
+  for (const key of MAP) {
+    const map = object[key];
+    if (typeof map === "object" && map !== null && !Array.isArray(map)) {
+      for (const [name, sub] of Object.entries(map)) children.push([`/${key}/${name}`, sub]);
+    }
+  }
+  return children;
 }
 
 /** The schema with the rewrites above applied to every sub-schema. */
@@ -125,15 +133,8 @@ export function schemaDepth(schema: unknown, limit = Infinity): number {
   };
   const below = (node: object, refs: Set<string>): number => {
     let deepest = 0;
-    const children: unknown[] = [];
     const object = node as Record<string, unknown>;
-    for (const key of ONE) if (typeof object[key] === "object" && object[key] !== null && !Array.isArray(object[key])) children.push(object[key]);
-    for (const key of MANY) if (Array.isArray(object[key])) children.push(...(object[key] as unknown[]));
-    for (const key of MAP) {
-      const map = object[key];
-      if (typeof map === "object" && map !== null && !Array.isArray(map)) children.push(...Object.values(map));
-    }
-    for (const child of children) deepest = Math.max(deepest, depth(child, refs));
+    for (const [, child] of subschemas(object)) deepest = Math.max(deepest, depth(child, refs));
     const ref = object.$ref;
     if (typeof ref === "string" && ref.startsWith("#") && !refs.has(ref)) {
       let target = resolved.get(ref);
