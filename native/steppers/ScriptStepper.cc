@@ -3,15 +3,32 @@
 #include <algorithm>
 #include <vector>
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
 #include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
 namespace tsn {
 
+namespace {
+
+bool Quantized(const torch::jit::Module& module) {
+  for (const auto& m : module.modules()) {
+    if (m.hasattr("qtype") && m.hasattr("qweight")) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 ScriptStepper::ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::Device device,
                              c10::ScalarType cacheDtype, int64_t kvBudgetBytes)
-    : module_(std::move(module)), device_(device), cacheDtype_(cacheDtype), kvBudgetBytes_(kvBudgetBytes) {}
+    : module_(std::move(module)),
+      device_(device),
+      cacheDtype_(cacheDtype),
+      kvBudgetBytes_(kvBudgetBytes),
+      optimize_(!Quantized(*module_)) {}
 
 int64_t ScriptStepper::DefaultKvBudget(c10::Device device) {
   if (device.is_cpu()) return 256LL << 20;
@@ -47,6 +64,9 @@ void ScriptStepper::Begin(int64_t batch) {
 at::Tensor ScriptStepper::Forward(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths,
                                   int64_t first, int64_t rows) {
   at::Tensor view = cache_.narrow(2, first, rows);
+  // Thread-local, restored on return; the same for every call of this module, so a plan
+  // made with the optimiser off is never mixed with an optimised one.
+  torch::jit::GraphOptimizerEnabledGuard optimizer(optimize_);
   auto out = module_->forward({idx, pos, lengths, view});
   if (!out.isTuple() || out.toTupleRef().elements().size() != 2) {
     throw CodedError(ErrorCode::kCheckpointInterface, "forward must return (logits, cache)");

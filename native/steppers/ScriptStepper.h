@@ -7,6 +7,10 @@
 // (a narrowed view of the cache, which the forward writes in place), and rows that feed a
 // chunk of a prompt in calls of their own over their slots (adjacent ones together when
 // padding costs little), so one long chunk does not pad every decoding row to its width.
+// A quantized checkpoint's forward (modules with a `qtype`: it dequantizes every weight on
+// every call) runs with TorchScript's graph optimiser off: optimising that graph cost 30 s of
+// a 135M model's first two calls on the CPU (where nothing fuses, so the plan gained nothing)
+// and 34 s plus seconds at every new input shape on CUDA (docs/benchmarks.md section 8).
 #pragma once
 
 #include <torch/script.h>
@@ -58,6 +62,7 @@ class ScriptStepper : public Stepper {
   c10::Device device_;
   c10::ScalarType cacheDtype_;
   int64_t kvBudgetBytes_;
+  bool optimize_;  // false for a quantized checkpoint (above)
   mutable int64_t slotBudget_ = 0;  // computed once: free device memory shrinks once the cache exists
   at::Tensor cache_;  // [L, 2, B, H, C, hd]: batch is dimension 2
 };
