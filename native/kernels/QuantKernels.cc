@@ -6,6 +6,7 @@
 // scales and accumulated in float32. A call quantizes its rows once and reuses them for every
 // output column of its panels; a weight block is read once for up to four rows.
 #include "kernels/QuantKernels.h"
+#include "kernels/ThreadTeam.h"
 
 #include <immintrin.h>
 

@@ -67,12 +67,23 @@ void ThreadTeam::Run(const std::function<void(int)>& fn, int phases, int members
   WaitUntil([this] { return finished_.load(std::memory_order_acquire) == size_ - 1; });
 }
 
+namespace {
+
+std::atomic<uint64_t> nextTicket{1};
+thread_local uint64_t currentTicket = 0;
+
+}  // namespace
+
+uint64_t PhaseTicket() { return currentTicket; }
+
 void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& work) {
   Counters& phase = phases_[phaseOf_[member]++];
+  currentTicket = nextTicket.fetch_add(1, std::memory_order_relaxed);
   for (int chunk; (chunk = phase.claimed.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
     work(chunk);
     phase.done.fetch_add(1, std::memory_order_release);
   }
+  currentTicket = 0;
   if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }
 

@@ -17,6 +17,12 @@
 
 namespace tsn {
 
+// A number unique to the team phase the calling thread is working in, 0 outside any Phase.
+// The inputs a phase's chunks share stay constant within it (the steppers write them in an
+// earlier phase, or before the member's first chunk), so a kernel may keep per-thread work
+// on them (the quantized activations) for the rest of the phase by this ticket alone.
+uint64_t PhaseTicket();
+
 class ThreadTeam {
  public:
   explicit ThreadTeam(int size);
