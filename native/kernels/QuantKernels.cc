@@ -118,13 +118,12 @@ void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
     for (int b = 0; b < k / 256; ++b) {
       const uint8_t* block = row + b * 144;
       const float d = HalfAt(block), dmin = HalfAt(block + 2);
-      const uint8_t* s = block + 4;
+      uint8_t scalesMins[16];
+      UnpackQ4KScales(block + 4, scalesMins);
       const uint8_t* q = block + 16;
       float* y = out + b * 256;
       for (int j = 0; j < 8; ++j) {
-        const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        const float d1 = d * scale, m1 = dmin * min;
+        const float d1 = d * scalesMins[j], m1 = dmin * scalesMins[8 + j];
         for (int l = 0; l < 32; ++l) {
           const int v = j % 2 == 0 ? q[32 * (j / 2) + l] & 0xF : q[32 * (j / 2) + l] >> 4;
           y[32 * j + l] = d1 * v - m1;

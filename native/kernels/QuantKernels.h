@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/Kernels.h"
 
@@ -41,6 +42,20 @@ void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out);  // k a multiple of 2
 int BlockValues(WeightType type);
 int BlockBytes(WeightType type);
 inline size_t RowBytes(WeightType type, int k) { return static_cast<size_t>(k / BlockValues(type)) * BlockBytes(type); }
+
+// The 6-bit scales and mins of a Q4_K super-block (its 12 bytes at offset 4; ggml's
+// get_scale_min_k4), all eight of each at once with ggml's masks: out[0..7] the sub-blocks'
+// scales, out[8..15] their mins.
+inline void UnpackQ4KScales(const uint8_t* s, uint8_t out[16]) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+  const uint32_t mins03 = u[1] & 0x3f3f3f3f;
+  u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+  u[2] = mins03;
+  u[0] &= 0x3f3f3f3f;
+  std::memcpy(out, u, 16);
+}
 
 // One weight row of k values of `type` -> floats.
 void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);
