@@ -71,11 +71,16 @@ double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<
 // their largest magnitude. 2e-2 allows that, while a layout or rotary mistake moves them by O(1).
 // Quantized checkpoints (config.json "quantization") are compared with their TorchScript
 // forward, which dequantizes the weights and computes in float32; the native runtime also
-// quantizes the activations to 8 bits per block of 32 (as llama.cpp does; relative error up
-// to 2^-8 per input), which moves logits by a few percent of their largest magnitude at most.
+// quantizes the activations to 8 bits (as llama.cpp does: per block of 32 for Q8_0 weights, per
+// 256 for the K-quants; relative error up to 2^-8 of the block's largest input), and that alone
+// compounds over the layers: on the Llama-3.2-1B shape with random weights (16 layers), the
+// checkpoint's own float forward with its linear inputs so rounded moved the logits by 0.054
+// (per 32) and 0.076 (per 256) of their largest magnitude, and a Q4_K_M file quantized by
+// llama.cpp measured 0.065 here on two kernel families that agree with each other. 0.15 leaves
+// room for deeper models, while a layout, scale or rotary mistake moves logits by O(1).
 constexpr double kTolerance32 = 1e-3;
 constexpr double kTolerance16 = 2e-2;
-constexpr double kToleranceQuantized = 5e-2;
+constexpr double kToleranceQuantized = 0.15;
 
 // Seconds of a short serving-shaped workload on `stepper` (the best of two, after a first
 // untimed run): 8 rows prefill 16 tokens each in one step, then decode 8 steps together.

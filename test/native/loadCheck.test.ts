@@ -4,7 +4,8 @@
  * and the check keeps its power: a config.json the checkpoint's forward does not follow
  * (rms_norm_eps, which the native runtime reads from it and the TorchScript forward does not)
  * is refused whether or not a pass was remembered for the true config, and an archive that
- * differs by one byte is checked again.
+ * differs by one byte is checked again. A quantized checkpoint's wider tolerance (its activations
+ * are rounded to 8 bits) still refuses the wrong config.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -15,6 +16,7 @@ import { join } from "node:path";
 import { loadAddon } from "../../src/native/binding.js";
 import type { RawLanguageModelSettings, RawRuntimeChoice } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
+import { nativeFixtureSet } from "../helpers/nativeSet.js";
 import { rejection } from "../helpers/rejection.js";
 
 const addon = loadAddon();
@@ -95,6 +97,19 @@ describe("load-time check: remembered verdicts", function () {
     const unremembered = await rejection(load(checkpoint, { runtime: "native" }, wrong));
     expect(unremembered.message).to.match(/native forward disagrees/);
     expect(readdirSync(cache)).to.have.length(2);
+  });
+
+  it("keeps its power on a quantized checkpoint, whose tolerance allows for 8-bit activations", async () => {
+    // The native set's Q4_K_M checkpoint (Q4_K and Q6_K matrices, Q8_K activations; made once per process).
+    const { file: quantized, dtype } = nativeFixtureSet()["llama-wide-q4_k_m"]!;
+    const passed = await load(quantized, { runtime: "native", dtype });
+    expect(passed.choice.runtime).to.equal("native");
+    expect(passed.tokens).to.have.length(6);
+    const refused = await rejection(load(quantized, { runtime: "native", dtype }, { rms_norm_eps: 100 }));
+    expect(refused.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+    expect(refused.message).to.match(/native forward disagrees with the checkpoint's \(relative logit difference ([\d.]+)/);
+    const difference = Number(/relative logit difference ([\d.]+)/.exec(refused.message)![1]);
+    expect(difference, "a wrong config moves logits far past the quantized tolerance").to.be.above(0.3);
   });
 
   it("checks an archive that differs by one byte (its config.json) again", async () => {
