@@ -107,8 +107,9 @@ describe("load-time check: remembered verdicts", function () {
     expect(passed.tokens).to.have.length(6);
     const refused = await rejection(load(quantized, { runtime: "native", dtype }, { rms_norm_eps: 100 }));
     expect(refused.code).to.equal("ERR_CHECKPOINT_INTERFACE");
-    expect(refused.message).to.match(/native forward disagrees with the checkpoint's \(relative logit difference ([\d.]+)/);
-    const difference = Number(/relative logit difference ([\d.]+)/.exec(refused.message)![1]);
+    const found = /native forward disagrees with the checkpoint's \(relative logit difference ([\d.]+)/.exec(refused.message);
+    expect(found, refused.message).to.not.equal(null);
+    const difference = Number(found![1]);
     expect(difference, "a wrong config moves logits far past the quantized tolerance").to.be.above(0.3);
   });
 
