@@ -103,6 +103,7 @@ void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out) {
       for (int j = 0; j < 16; ++j) sum += y.q[16 * g + j];
       y.bsums[g] = static_cast<int16_t>(sum);
     }
+    for (int j = 0; j < 8; ++j) y.sums32[j] = static_cast<int16_t>(y.bsums[2 * j] + y.bsums[2 * j + 1]);
     y.d = 1 / iscale;
   }
 }

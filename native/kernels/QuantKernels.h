@@ -28,11 +28,13 @@ struct BlockQ8 {
 };
 
 // 256 activations as ggml's quantize_row_q8_K_ref: d = -max / 127 for the x of largest
-// magnitude, q = min(127, round(x / d)), bsums = sums of q per 16.
+// magnitude, q = min(127, round(x / d)), bsums = sums of q per 16; sums32 the same per 32 (the
+// Q4_K mins' sub-blocks: summed once here rather than for every weight column).
 struct BlockQ8K {
   float d;
   int8_t q[256];
   int16_t bsums[16];
+  int16_t sums32[8];
 };
 
 void QuantizeRowQ8(const float* x, int k, BlockQ8* out);    // k a multiple of 32

@@ -194,6 +194,45 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
     }
   }
 
+  // The quantized products take up to four rows a call for Q8_0 weights and sixteen for the
+  // K-quants (a super-block unpacked once for all of them): a batch wider than both, and prompts
+  // longer, must still give every row what it gets alone.
+  for (const name of ["llama-gqa-q8_0", "llama-wide-q4_k_m"]) {
+    for (const kernels of addon.kernelFamilies) {
+      it(`${name}, native ${kernels}: 19 rows decoding together each get their tokens alone`, async () => {
+        const checkpoint = reference[name]!;
+        const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 2 });
+        try {
+          const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+          await model.configure({
+            contextLength: 64,
+            eosTokenIds: [],
+            prefixCache: false, // each run prefills its prompts whole
+            runtime: "native",
+            kernels,
+            architecture: checkpoint.architecture,
+            dtype: checkpoint.dtype,
+            modelConfig: config,
+          });
+          // Prompts of 3 to 21 tokens cut from the cases' prompts, 6 new tokens each.
+          const pool = checkpoint.cases.flatMap((c) => c.prompt_ids);
+          const long = pool.concat(pool, pool, pool);
+          const rows = Array.from({ length: 19 }, (_, i) => ({
+            tokens: Int32Array.from(long.slice(i, 2 * i + 3)),
+            maxNewTokens: 6,
+            sampling: { temperature: 0, topK: 0, seed: -1 },
+          }));
+          const alone: number[][] = [];
+          for (const row of rows) alone.push(Array.from((await model.generate([row], null).result)[0]!));
+          const together = (await model.generate(rows, null).result).map((o) => Array.from(o));
+          expect(together).to.deep.equal(alone);
+        } finally {
+          await model.dispose();
+        }
+      });
+    }
+  }
+
   it("SERVICE_TORCHSCRIPT_COMPUTE: the TorchScript runtime computes bf16 in float32 where the CPU has no fast bf16 matmuls, or as asked", async () => {
     const checkpoint = reference["llama-gqa-bf16"]!;
     const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
