@@ -163,6 +163,11 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
     throw CodedError(ErrorCode::kInvalidArgument,
                      "torchscriptCompute must be \"auto\", \"checkpoint\" or \"float32\", got \"" + request.scriptCompute + "\"");
   }
+  request.scriptDequantize = TextField(settings, "torchscriptDequantize", "auto");
+  if (request.scriptDequantize != "auto" && request.scriptDequantize != "once" && request.scriptDequantize != "every-call") {
+    throw CodedError(ErrorCode::kInvalidArgument, "torchscriptDequantize must be \"auto\", \"once\" or \"every-call\", got \"" +
+                                                      request.scriptDequantize + "\"");
+  }
   const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
   if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
   request.kvBudgetBytes = budgetMb << 20;

@@ -121,10 +121,34 @@ std::shared_ptr<torch::jit::Module> FloatCopy(const LoadedModel& model) {
   return copy;
 }
 
+// Appends `text` to a note of clauses separated by "; ".
+void AddNote(std::string& note, const std::string& text) { note += (note.empty() ? "" : "; ") + text; }
+
+// A quantized checkpoint's weights dequantized once for the TorchScript runtime, where
+// SERVICE_TORCHSCRIPT_DEQUANTIZE asks for it ("auto": on a GPU), saying so in `note` (a float
+// checkpoint has no quantized module: nothing to do). Off the CPU nothing else reads the
+// quantized rows, so they are released.
+void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request, std::string& note) {
+  if (request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu())) return;
+  const Dequantized done = DequantizeOnce(*model.module, !model.device.is_cpu());
+  if (done.modules > 0) {
+    char text[160];
+    std::snprintf(text, sizeof text, "it dequantized %lld quantized weights once at load (%.1f MB in %s)",
+                  static_cast<long long>(done.modules), done.bytes / 1e6, c10::toString(request.dtype));
+    AddNote(note, text);
+  }
+  if (done.unable > 0) {
+    AddNote(note, std::to_string(done.unable) +
+                      " quantized modules of this checkpoint dequantize on every call (exported before modules could hold "
+                      "their weight dequantized: export it again to dequantize once)");
+  }
+}
+
 // The TorchScript runtime's stepper (over a float32 copy of the module when it computes in
-// float32), saying so in `note`.
+// float32; a quantized checkpoint's weights dequantized once where asked), saying so in `note`.
 std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const RuntimeRequest& request,
                                                  std::string& note) {
+  DequantizeForScript(model, request, note);
   if (!ScriptWidens(model, request)) {
     return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
   }
@@ -298,6 +322,8 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
             choice.note = decision.reason + (note.empty() ? "" : "; " + note);
             return choice;
           }
+          candidate.reset();
+          ForgetDequantized(*model.module);  // the candidate's dense weights (SERVICE_TORCHSCRIPT_DEQUANTIZE=once)
         }
         choice.stepper = std::move(native);
         choice.runtime = "native";

@@ -25,6 +25,10 @@ struct RuntimeRequest {
   // (SERVICE_TORCHSCRIPT_COMPUTE): "auto" (float32 where the CPU has no fast 16-bit matmuls),
   // "checkpoint" (its own dtype) or "float32".
   std::string scriptCompute = "auto";
+  // When the TorchScript runtime dequantizes a quantized checkpoint's weights
+  // (SERVICE_TORCHSCRIPT_DEQUANTIZE): "auto" (once at load on a GPU, on every call on the CPU),
+  // "once" or "every-call". Once holds them dequantized in the checkpoint's dtype (float32).
+  std::string scriptDequantize = "auto";
   int64_t kvBudgetBytes = 0;      // cache budget (SERVICE_KV_BUDGET_MB); 0: each runtime's default
   // Once the native runtime is chosen, release the module's parameters (it has packed its own
   // copy), so the weights are held once. The module's forward cannot run after that, nor can

@@ -13,14 +13,46 @@ namespace tsn {
 
 namespace {
 
+bool IsQuantized(const torch::jit::Module& m) { return m.hasattr("qtype") && m.hasattr("qweight"); }
+
+bool HasDense(const torch::jit::Module& m) { return m.hasattr("dense") && m.attr("dense").isTensor(); }
+
 bool Quantized(const torch::jit::Module& module) {
   for (const auto& m : module.modules()) {
-    if (m.hasattr("qtype") && m.hasattr("qweight")) return true;
+    if (IsQuantized(m)) return true;
   }
   return false;
 }
 
 }  // namespace
+
+Dequantized DequantizeOnce(torch::jit::Module& module, bool releaseQuantized) {
+  Dequantized done;
+  // A one-off call: no plan worth optimising (see the header).
+  torch::jit::GraphOptimizerEnabledGuard optimizer(false);
+  for (auto m : module.modules()) {
+    if (!IsQuantized(m) || HasDense(m)) continue;
+    if (!m.hasattr("dense") || !m.find_method("dequantize")) {
+      ++done.unable;
+      continue;
+    }
+    const at::Tensor dense = m.run_method("dequantize").toTensor();
+    m.setattr("dense", dense);
+    if (releaseQuantized) {
+      const at::Tensor quantized = m.attr("qweight").toTensor();
+      m.register_buffer("qweight", at::empty({0, quantized.size(1)}, quantized.options()));
+    }
+    ++done.modules;
+    done.bytes += dense.numel() * dense.element_size();
+  }
+  return done;
+}
+
+void ForgetDequantized(torch::jit::Module& module) {
+  for (auto m : module.modules()) {
+    if (IsQuantized(m) && HasDense(m)) m.setattr("dense", c10::IValue());
+  }
+}
 
 ScriptStepper::ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::Device device,
                              c10::ScalarType cacheDtype, int64_t kvBudgetBytes)

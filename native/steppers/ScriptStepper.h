@@ -11,6 +11,10 @@
 // every call) runs with TorchScript's graph optimiser off: optimising that graph cost 30 s of
 // a 135M model's first two calls on the CPU (where nothing fuses, so the plan gained nothing)
 // and 34 s plus seconds at every new input shape on CUDA (docs/benchmarks.md section 8).
+// DequantizeOnce keeps each quantized module's weight dequantized instead (its `dense`
+// attribute), so the forward's matmuls read float weights; the optimiser stays off for it too:
+// on CUDA it spent 22-27 s of the first calls optimising a graph that still holds the
+// dequantizing branches, and its steps were slower than unoptimised ones.
 #pragma once
 
 #include <torch/script.h>
@@ -20,6 +24,23 @@
 #include "steppers/Stepper.h"
 
 namespace tsn {
+
+// What DequantizeOnce did: how many quantized modules now hold their weight dequantized, the
+// bytes that took, and how many could not (a checkpoint exported before modules had `dense`).
+struct Dequantized {
+  int64_t modules = 0;
+  int64_t bytes = 0;
+  int64_t unable = 0;
+};
+
+// Sets `dense` to `dequantize()` on every quantized module of `module` (python/torchserve_node/
+// quant.py) that does not have it yet. releaseQuantized: replace each such module's qweight by
+// an empty tensor, so the weights are held once (only where nothing else reads them: the native
+// runtime packs from qweight on the CPU).
+Dequantized DequantizeOnce(torch::jit::Module& module, bool releaseQuantized);
+
+// Undoes DequantizeOnce without releaseQuantized: every `dense` back to None.
+void ForgetDequantized(torch::jit::Module& module);
 
 class ScriptStepper : public Stepper {
  public:

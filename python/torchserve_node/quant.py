@@ -363,7 +363,13 @@ def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
 
 class QuantLinear(nn.Module):
     """y = x W^T + b with W quantized (buffer qweight: GGUF rows; attributes qtype,
-    in_features, out_features: plain module attributes, which the native runtime reads)."""
+    in_features, out_features: plain module attributes, which the native runtime reads).
+
+    `dense` is None in the file; the TorchScript runtime may set it to dequantize() once at
+    load (on a GPU, or SERVICE_TORCHSCRIPT_DEQUANTIZE=once), and forward then uses it instead
+    of dequantizing the weight on every call."""
+
+    dense: Optional[Tensor]
 
     def __init__(self, qtype: str, qweight: Tensor, in_features: int, out_features: int,
                  bias: Optional[Tensor] = None):
@@ -377,6 +383,7 @@ class QuantLinear(nn.Module):
         self.out_features = out_features
         self.register_buffer("qweight", qweight.contiguous())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        self.dense = None
 
     @staticmethod
     def of(qtype: str, weight: Tensor, bias: Optional[Tensor] = None) -> "QuantLinear":
@@ -384,11 +391,13 @@ class QuantLinear(nn.Module):
         q = torch.from_numpy(quantize(qtype, weight))
         return QuantLinear(qtype, q, k, n, bias)
 
+    @torch.jit.export
     def dequantize(self) -> Tensor:
         return dequantize_rows(self.qweight, self.qtype, self.in_features)
 
     def forward(self, x: Tensor) -> Tensor:
-        w = self.dequantize().to(x.dtype)
+        dense = self.dense
+        w = (self.dequantize() if dense is None else dense).to(x.dtype)
         b = self.bias
         if b is not None:
             b = b.to(x.dtype)
@@ -397,7 +406,10 @@ class QuantLinear(nn.Module):
 
 class QuantEmbedding(nn.Module):
     """An embedding table of quantized rows (buffer qweight, attribute qtype); linear(x)
-    uses it as a tied output head (attributes qtype, num_embeddings, embedding_dim)."""
+    uses it as a tied output head (attributes qtype, num_embeddings, embedding_dim).
+    `dense`: as QuantLinear's."""
+
+    dense: Optional[Tensor]
 
     def __init__(self, qtype: str, qweight: Tensor, num_embeddings: int, embedding_dim: int):
         super().__init__()
@@ -408,18 +420,26 @@ class QuantEmbedding(nn.Module):
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.register_buffer("qweight", qweight.contiguous())
+        self.dense = None
 
     @staticmethod
     def of(qtype: str, weight: Tensor) -> "QuantEmbedding":
         n, k = weight.shape
         return QuantEmbedding(qtype, torch.from_numpy(quantize(qtype, weight)), n, k)
 
+    @torch.jit.export
+    def dequantize(self) -> Tensor:
+        return dequantize_rows(self.qweight, self.qtype, self.embedding_dim)
+
     def forward(self, idx: Tensor) -> Tensor:
-        rows = self.qweight.index_select(0, idx.reshape(-1))
-        out = dequantize_rows(rows, self.qtype, self.embedding_dim)
+        dense = self.dense
         shape = [int(n) for n in idx.shape] + [self.embedding_dim]
-        return out.view(shape)
+        if dense is not None:
+            return dense.index_select(0, idx.reshape(-1)).view(shape)
+        rows = self.qweight.index_select(0, idx.reshape(-1))
+        return dequantize_rows(rows, self.qtype, self.embedding_dim).view(shape)
 
     def linear(self, x: Tensor) -> Tensor:
-        w = dequantize_rows(self.qweight, self.qtype, self.embedding_dim).to(x.dtype)
+        dense = self.dense
+        w = (self.dequantize() if dense is None else dense).to(x.dtype)
         return F.linear(x, w, None)

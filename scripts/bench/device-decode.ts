@@ -6,10 +6,12 @@
  *
  *   node dist/scripts/bench/device-decode.js [--ckpt models/brown-gpt.pt] [--device cuda]
  *        [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline]
+ *        [--dequantize auto|once|every-call]
  *
  * --baseline also times a plain Python TorchScript loop on the same checkpoint, device and
  * shapes in the same run (scripts/bench/engine_decode_baseline.py, with TORCHSERVE_PYTHON or
- * python3) and adds its step and our speed-up to the table. The JSON goes to .cache/bench/.
+ * python3) and adds its step and our speed-up to the table. --dequantize is
+ * SERVICE_TORCHSCRIPT_DEQUANTIZE for a quantized checkpoint. The JSON goes to .cache/bench/.
  */
 import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
@@ -29,11 +31,12 @@ const { values: args } = parseArgs({
     prompt: { type: "string", default: "16" },
     threads: { type: "string", default: String(Math.min(8, Math.max(1, availableParallelism() - 1))) },
     baseline: { type: "boolean", default: false },
+    dequantize: { type: "string", default: "auto" },
     help: { type: "boolean", default: false },
   },
 });
 if (args.help) {
-  console.log("usage: node dist/scripts/bench/device-decode.js [--ckpt PATH] [--device cuda] [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline]");
+  console.log("usage: node dist/scripts/bench/device-decode.js [--ckpt PATH] [--device cuda] [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline] [--dequantize auto|once|every-call]");
   process.exit(0);
 }
 const batches = args.batches!.split(",").map(Number);
@@ -57,7 +60,9 @@ try {
   const config = JSON.parse(model.extraFiles["config.json"] ?? "{}") as { block_size: number; dtype?: string; tokenizer?: { eos_token_id?: number | null } };
   const dtype = (config.dtype ?? "float32") as "float32" | "bfloat16" | "float16";
   // No end-of-sequence: every row runs to its limit, so the step count is known.
-  await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "torchscript", dtype });
+  const dequantize = args.dequantize as "auto" | "once" | "every-call";
+  const { note } = await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "torchscript", dtype, torchscriptDequantize: dequantize });
+  if (note) console.log(`device-decode: ${note}`);
   const rows = (batch: number, maxNewTokens: number) =>
     Array.from({ length: batch }, (_, i) => ({
       tokens: Int32Array.from({ length: promptLength }, (_, t) => 97 + ((i + t) % 26)),

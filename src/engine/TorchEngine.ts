@@ -54,6 +54,13 @@ export interface TorchEngineOptions {
    */
   torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /**
+   * When the TorchScript runtime dequantizes a quantized checkpoint's weights: "auto" (default:
+   * once at load on a GPU, where dequantizing every weight on every call costs 30x the step; on
+   * every call on the CPU, where the native runtime serves and memory is what quantizing saves),
+   * "once" (holds them dequantized in float32: 4 bytes a weight) or "every-call".
+   */
+  torchscriptDequantize?: "auto" | "once" | "every-call";
+  /**
    * Where verdicts of the native runtime's load-time check are remembered
    * (SERVICE_LOAD_CHECK_CACHE), so the same checkpoint on the same build, kernel family and
    * threads is checked once, not on every load. Default: nowhere (every load checks).
@@ -158,6 +165,7 @@ export class TorchEngine implements TextGenerationEngine {
         kernels: options.kernels ?? "auto",
         dtype: checkpointDtype(config),
         torchscriptCompute: options.torchscriptCompute ?? "auto",
+        torchscriptDequantize: options.torchscriptDequantize ?? "auto",
         modelConfig: config.raw,
         // The engine never calls the module's forward itself: on the native runtime the weights are held once.
         releaseModuleWeights: true,

@@ -119,6 +119,12 @@ export interface RawLanguageModelSettings {
    */
   torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /**
+   * When the TorchScript runtime dequantizes a quantized checkpoint's weights
+   * (SERVICE_TORCHSCRIPT_DEQUANTIZE): "auto" (default: once at load on a GPU, on every call on
+   * the CPU), "once" (holds them dequantized, in float32) or "every-call".
+   */
+  torchscriptDequantize?: "auto" | "once" | "every-call";
+  /**
    * Once the native runtime is chosen, release the TorchScript module's parameters (the native
    * runtime packed its own copy), so the weights are held once. Default false. After that the
    * module's forward cannot run and configure() refuses to run again.

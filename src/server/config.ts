@@ -27,6 +27,8 @@ export interface EngineEnv {
   kernels: KernelsCap;
   /** SERVICE_TORCHSCRIPT_COMPUTE: what the TorchScript runtime computes a 16-bit checkpoint in on the CPU; "auto" (default). */
   torchscriptCompute: "auto" | "checkpoint" | "float32";
+  /** SERVICE_TORCHSCRIPT_DEQUANTIZE: when the TorchScript runtime dequantizes a quantized checkpoint's weights; "auto" (default). */
+  torchscriptDequantize: "auto" | "once" | "every-call";
   /** SERVICE_KV_BUDGET_MB: memory for the KV cache of either runtime, in MiB; undefined: the engine's default. */
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
@@ -151,6 +153,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
     kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
     torchscriptCompute: oneOf(env, "SERVICE_TORCHSCRIPT_COMPUTE", ["auto", "checkpoint", "float32"] as const, "auto"),
+    torchscriptDequantize: oneOf(env, "SERVICE_TORCHSCRIPT_DEQUANTIZE", ["auto", "once", "every-call"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
     prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),
