@@ -6,6 +6,7 @@
 #   bash scripts/bench/kernels-ab.sh BASE_REV [FAMILY ...]
 #
 # Example: bash scripts/bench/kernels-ab.sh HEAD~3 avx2
+#          KERNEL_SHAPES="8192 2048 4 2;2048 8192 5 2" bash scripts/bench/kernels-ab.sh HEAD avx2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: bash scripts/bench/kernels-ab.sh BASE_REV [FAMILY ...]" >&2; exit 2; }
@@ -21,17 +22,25 @@ git archive "$base" native | tar -x -C "$work/base"
 # One kernels translation unit per side, found where its revision keeps it (native/ before
 # the layer folders, native/kernels/ after), with the napi symbols its headers name stubbed.
 build() {  # $1: root holding native/, $2: output .so
-  local source include
+  local source include objects=()
   source=$(find "$1/native" -name Kernels.cc | head -1)
   include="-I$1/native -I$(dirname "$source")"
-  g++ $flags $napi $include -c "$source" -o "$2.o"
-  nm -u "$2.o" | awk '/napi_/{print "void "$2"(void){}"}' > "$2.stub.c"
+  # Every translation unit beside Kernels.cc (the quantized products and the thread team, where
+  # the revision has them).
+  for unit in "$(dirname "$source")"/*.cc; do
+    case "$(basename "$unit")" in Kernels.cc|QuantKernels.cc|ThreadTeam.cc) ;; *) continue ;; esac
+    g++ $flags $napi $include -c "$unit" -o "$2.$(basename "$unit").o"
+    objects+=("$2.$(basename "$unit").o")
+  done
+  nm -u "${objects[@]}" | awk '/napi_/{print "void "$2"(void){}"}' | sort -u > "$2.stub.c"
   gcc -fPIC -c "$2.stub.c" -o "$2.stub.o"
-  g++ -shared "$2.o" "$2.stub.o" -o "$2"
+  g++ -shared "${objects[@]}" "$2.stub.o" -o "$2"
+  printf '%s\n' "${objects[@]}" > "$2.objects"
 }
 build "$work/base" "$work/base.so"
 build "$PWD" "$work/head.so"
-g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/ab.cc "$work/head.so.o" "$work/head.so.stub.o" -ldl -o "$work/ab"
+# shellcheck disable=SC2046
+g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/ab.cc $(cat "$work/head.so.objects") "$work/head.so.stub.o" -ldl -lpthread -o "$work/ab"
 
 if [ $# -gt 0 ]; then families=("$@"); else
   families=()
@@ -40,8 +49,11 @@ if [ $# -gt 0 ]; then families=("$@"); else
   grep -qw avx2 /proc/cpuinfo && families+=(avx2)
   families+=(baseline)
 fi
+# KERNEL_SHAPES: "N K TYPE COPIES;..." instead of the float shapes below (TYPE 3-5: Q8_0, Q4_K,
+# Q6_K; see kernels/ab.cc), e.g. "8192 2048 4 2;2048 8192 4 2;2048 8192 5 2".
+IFS=';' read -ra shapes <<< "${KERNEL_SHAPES:-768 256 0 16;3072 768 0 4;3072 768 1 4;8192 2048 1 2;2048 8192 2 2}"
 for family in "${families[@]}"; do
-  for shape in "768 256 0 16" "3072 768 0 4" "3072 768 1 4" "8192 2048 1 2" "2048 8192 2 2"; do
+  for shape in "${shapes[@]}"; do
     # shellcheck disable=SC2086
     "$work/ab" "$work/base.so" "$work/head.so" "$family" $shape
   done

@@ -1,10 +1,11 @@
 // Two builds of the native kernels in one process, alternating round by round, so a shared,
 // noisy machine slows both alike (scripts/bench/kernels-ab.sh builds them and runs this).
 //   ab BASE.so HEAD.so FAMILY N K TYPE COPIES
-// Times KernelSet::linearPanels of an N x K weight (TYPE 0 float32, 1 bf16, 2 fp16; COPIES
-// distinct copies cycled so the weights stream from memory as in a model) at 1 to 500 rows,
-// one thread, and prints GFLOP/s of each build and head / base. Both builds must pack
-// weights alike (PackedLinear is this program's own, the head's).
+// Times KernelSet::linearPanels of an N x K weight (TYPE 0 float32, 1 bf16, 2 fp16, 3 Q8_0,
+// 4 Q4_K, 5 Q6_K: random blocks with small scales; COPIES distinct copies cycled so the
+// weights stream from memory as in a model) at 1 to 500 rows, one thread, and prints GFLOP/s
+// of each build and head / base. Both builds must pack weights alike (PackedLinear is this
+// program's own, the head's).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -45,8 +46,33 @@ int main(int argc, char** argv) {
   std::vector<float> weight(static_cast<size_t>(n) * k), bias(n);
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::vector<PackedLinear> matrices;
-  for (int i = 0; i < copies; ++i) matrices.emplace_back(weight.data(), bias.data(), n, k, static_cast<WeightType>(type));
-  std::vector<float> x(static_cast<size_t>(500) * k, 0.01f), y(static_cast<size_t>(500) * n);
+  const auto wtype = static_cast<WeightType>(type);
+  if (type >= 3) {
+    // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
+    const int block = wtype == WeightType::Q8_0 ? 32 : 256;
+    const int bytes = wtype == WeightType::Q8_0 ? 34 : wtype == WeightType::Q4_K ? 144 : 210;
+    const size_t rowBytes = static_cast<size_t>(k / block) * bytes;
+    for (int i = 0; i < copies; ++i) {
+      auto data = std::make_shared<std::vector<uint8_t>>(rowBytes * n);
+      for (auto& v : *data) v = static_cast<uint8_t>(std::rand());
+      std::vector<const uint8_t*> rows(n);
+      for (int c = 0; c < n; ++c) {
+        uint8_t* row = data->data() + rowBytes * c;
+        rows[c] = row;
+        for (int b = 0; b < k / block; ++b) {
+          uint8_t* at = row + static_cast<size_t>(b) * bytes;
+          const int scaleAt = wtype == WeightType::Q6_K ? 208 : 0;
+          at[scaleAt] = 0x00, at[scaleAt + 1] = 0x1c;
+          if (wtype == WeightType::Q4_K) at[2] = 0x00, at[3] = 0x1c;
+        }
+      }
+      matrices.emplace_back(rows, std::vector<WeightType>(n, wtype), data, bias.data(), n, k);
+    }
+  } else {
+    for (int i = 0; i < copies; ++i) matrices.emplace_back(weight.data(), bias.data(), n, k, wtype);
+  }
+  std::vector<float> x(static_cast<size_t>(500) * k), y(static_cast<size_t>(500) * n);
+  for (auto& v : x) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::printf("%s, %d x %d, type %d, %d copies: GFLOP/s base / head (head / base), best of 5 alternating rounds each\n",
               sets[1]->name, n, k, type, copies);
   for (int rows : {1, 2, 3, 4, 6, 8, 16, 32, 64, 500}) {
