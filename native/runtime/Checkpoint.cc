@@ -90,6 +90,10 @@ int64_t ModuleWeightBytes(const torch::jit::Module& module) {
   };
   for (const auto& p : module.named_parameters(true)) count(p.value);
   for (const auto& b : module.named_buffers(true)) count(b.value);
+  // A quantized matrix's weight dequantized once (quant.py's `dense`, a plain attribute).
+  for (const auto& sub : module.modules()) {
+    if (sub.hasattr("qweight") && sub.hasattr("dense") && sub.attr("dense").isTensor()) count(sub.attr("dense").toTensor());
+  }
   return bytes;
 }
 

@@ -24,8 +24,9 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 
-// Bytes of the module's parameters and buffers, each storage counted once (a tied head is
-// the embedding's storage).
+// Bytes of the module's parameters and buffers, and of quantized matrices' weights held
+// dequantized (SERVICE_TORCHSCRIPT_DEQUANTIZE), each storage counted once (a tied head is the
+// embedding's storage).
 int64_t ModuleWeightBytes(const torch::jit::Module& module);
 
 // While alive, the module's 16-bit parameters are float32 (converted in place, each storage

@@ -241,6 +241,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
       const checkpoint = reference[name]!;
       const settings = { contextLength: 64, eosTokenIds: [], runtime: "torchscript" as const, architecture: checkpoint.architecture, dtype: checkpoint.dtype };
       const outputs: Record<string, number[][]> = {};
+      const moduleBytes: Record<string, number> = {};
       for (const mode of ["every-call", "once", "auto"] as const) {
         const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 2 });
         try {
@@ -249,6 +250,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           // "auto" on the CPU: every call (the native runtime serves there; memory is what quantizing saves).
           if (mode === "once") expect(choice.note).to.match(/dequantized \d+ quantized weights once at load/);
           else expect(choice.note ?? "").to.not.include("dequantized");
+          moduleBytes[mode] = (await model.weightBytes()).module;
           outputs[mode] = [];
           for (const c of checkpoint.cases) {
             const out = Array.from((await model.generate([greedy(c)], null).result)[0]!);
@@ -268,6 +270,10 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
       }
       // The same weights in the same float32 products: the tokens match where the reference's
       // margins are clear, which agreedSteps held each run to; most prompts match whole.
+      // The float32 copies are counted with the module's weights (4 bytes a weight, against
+      // about 1 for Q8_0 and 0.6 for Q4_K_M); on the CPU the quantized rows stay beside them.
+      expect(moduleBytes["once"]).to.be.greaterThan(3 * moduleBytes["every-call"]!);
+      expect(moduleBytes["auto"]).to.equal(moduleBytes["every-call"]);
       const same = outputs["once"]!.filter((o, i) => o.join() === outputs["every-call"]![i]!.join()).length;
       expect(same).to.be.at.least(Math.ceil(checkpoint.cases.length / 2));
     });
