@@ -133,8 +133,8 @@ void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request
   const Dequantized done = DequantizeOnce(*model.module, !model.device.is_cpu());
   if (done.modules > 0) {
     char text[160];
-    std::snprintf(text, sizeof text, "it dequantized %lld quantized weights once at load (%.1f MB in %s)",
-                  static_cast<long long>(done.modules), done.bytes / 1e6, c10::toString(request.dtype));
+    std::snprintf(text, sizeof text, "it dequantized %lld quantized matrices once at load (%.1f MB)",
+                  static_cast<long long>(done.modules), done.bytes / 1e6);
     AddNote(note, text);
   }
   if (done.unable > 0) {

@@ -248,7 +248,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
           const choice = await model.configure({ ...settings, modelConfig: config, torchscriptDequantize: mode });
           // "auto" on the CPU: every call (the native runtime serves there; memory is what quantizing saves).
-          if (mode === "once") expect(choice.note).to.match(/dequantized \d+ quantized weights once at load/);
+          if (mode === "once") expect(choice.note).to.match(/dequantized \d+ quantized matrices once at load/);
           else expect(choice.note ?? "").to.not.include("dequantized");
           moduleBytes[mode] = (await model.weightBytes()).module;
           outputs[mode] = [];
