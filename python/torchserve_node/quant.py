@@ -319,8 +319,10 @@ def _half_to_float(lo: Tensor, hi: Tensor) -> Tensor:
 
 
 def _int8(b: Tensor) -> Tensor:
-    v = b.to(torch.int32)
-    return torch.where(v > 127, v - 256, v).to(torch.float32)
+    """uint8 bytes read as int8 -> float32: the uint8 -> int8 conversion wraps (two's
+    complement, as every compiler libtorch is built with casts), two passes where widening
+    to int32 and correcting took four."""
+    return b.to(torch.int8).to(torch.float32)
 
 
 def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
@@ -341,14 +343,14 @@ def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
         hi_m = (s[:, :, 8:12] >> 4) | ((s[:, :, 4:8] >> 6) << 4)
         sc = torch.cat([lo_sc, hi_sc], 2).to(torch.float32)           # [r, nb, 8]
         m = torch.cat([lo_m, hi_m], 2).to(torch.float32)
-        q = b[:, :, 16:].to(torch.int32).reshape(r, k // 256, 4, 32)   # 4 pairs of sub-blocks
+        q = b[:, :, 16:].reshape(r, k // 256, 4, 32)                   # 4 pairs of sub-blocks (uint8 ops)
         vals = torch.stack([q & 15, q >> 4], 3).reshape(r, k // 256, 8, 32).to(torch.float32)
         out = (d * sc).unsqueeze(3) * vals - (dmin * m).unsqueeze(3)
         return out.reshape(r, k)
     if qtype == "q6_k":
         b = data.reshape(r, k // 256, 210)
-        ql = b[:, :, 0:128].to(torch.int32).reshape(r, k // 256, 2, 64)
-        qh = b[:, :, 128:192].to(torch.int32).reshape(r, k // 256, 2, 32)
+        ql = b[:, :, 0:128].reshape(r, k // 256, 2, 64)                # uint8 ops: 6-bit results
+        qh = b[:, :, 128:192].reshape(r, k // 256, 2, 32)
         sc = _int8(b[:, :, 192:208])                                   # [r, nb, 16]
         d = _half_to_float(b[:, :, 208], b[:, :, 209]).unsqueeze(2)
         q1 = (ql[:, :, :, 0:32] & 15) | ((qh & 3) << 4)
