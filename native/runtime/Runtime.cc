@@ -152,8 +152,8 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
   if (!ScriptWidens(model, request)) {
     return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
   }
-  note += std::string(note.empty() ? "" : "; ") + "it computes the " + c10::toString(request.dtype) +
-          " checkpoint in float32" + (request.scriptCompute == "float32" ? "" : " (this CPU has no fast 16-bit matmuls)");
+  AddNote(note, std::string("it computes the ") + c10::toString(request.dtype) + " checkpoint in float32" +
+                    (request.scriptCompute == "float32" ? "" : " (this CPU has no fast 16-bit matmuls)"));
   return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
 }
 
