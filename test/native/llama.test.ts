@@ -268,12 +268,12 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           await model.dispose();
         }
       }
-      // The same weights in the same float32 products: the tokens match where the reference's
-      // margins are clear, which agreedSteps held each run to; most prompts match whole.
       // The float32 copies are counted with the module's weights (4 bytes a weight, against
       // about 1 for Q8_0 and 0.6 for Q4_K_M); on the CPU the quantized rows stay beside them.
       expect(moduleBytes["once"]).to.be.greaterThan(3 * moduleBytes["every-call"]!);
       expect(moduleBytes["auto"]).to.equal(moduleBytes["every-call"]);
+      // The same weights in the same float32 products: the tokens match where the reference's
+      // margins are clear, which agreedSteps held each run to; most prompts match whole.
       const same = outputs["once"]!.filter((o, i) => o.join() === outputs["every-call"]![i]!.join()).length;
       expect(same).to.be.at.least(Math.ceil(checkpoint.cases.length / 2));
     });
