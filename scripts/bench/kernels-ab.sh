@@ -19,14 +19,14 @@ flags="-O3 -std=c++17 -fPIC -ffp-contract=fast -Wno-psabi"
 
 mkdir -p "$work/base"
 git archive "$base" native | tar -x -C "$work/base"
-# One kernels translation unit per side, found where its revision keeps it (native/ before
-# the layer folders, native/kernels/ after), with the napi symbols its headers name stubbed.
+# One shared library per side from its kernels translation units (Kernels.cc, found where its
+# revision keeps it: native/ before the layer folders, native/kernels/ after; and beside it
+# QuantKernels.cc and ThreadTeam.cc where the revision has them), with the napi symbols its
+# headers name stubbed.
 build() {  # $1: root holding native/, $2: output .so
   local source include objects=()
   source=$(find "$1/native" -name Kernels.cc | head -1)
   include="-I$1/native -I$(dirname "$source")"
-  # Every translation unit beside Kernels.cc (the quantized products and the thread team, where
-  # the revision has them).
   for unit in "$(dirname "$source")"/*.cc; do
     case "$(basename "$unit")" in Kernels.cc|QuantKernels.cc|ThreadTeam.cc) ;; *) continue ;; esac
     g++ $flags $napi $include -c "$unit" -o "$2.$(basename "$unit").o"

@@ -55,7 +55,8 @@ export interface TorchEngineOptions {
   torchscriptCompute?: "auto" | "checkpoint" | "float32";
   /**
    * When the TorchScript runtime dequantizes a quantized checkpoint's weights: "auto" (default:
-   * once at load on a GPU, where dequantizing every weight on every call costs 30x the step; on
+   * once at load on a GPU, where dequantizing every weight on every call cost 61-80 ms a step of
+   * a 135M model on an H100 (docs/benchmarks.md section 8); on
    * every call on the CPU, where the native runtime serves and memory is what quantizing saves),
    * "once" (holds them dequantized in float32: 4 bytes a weight) or "every-call".
    */
