@@ -19,6 +19,7 @@
 #define TSN_Q_INLINE inline __attribute__((always_inline))
 #define TSN_Q_NOINLINE __attribute__((noinline))
 #define TSN_Q_UNROLL _Pragma("GCC unroll 4")
+#define TSN_Q_UNROLL_ALL _Pragma("GCC unroll 8")
 
 namespace tsn {
 
