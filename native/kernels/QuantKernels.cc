@@ -5,7 +5,7 @@
 // the K-quants), each block's product is an exact int32 sum, scaled by the product of the
 // scales and accumulated in float32. A call quantizes its rows once and reuses them for every
 // output column of its panels; a weight block is read once for up to four rows (Q8_0) or sixteen
-// (a K-quant super-block, whose unpacking costs more).
+// (a K-quant super-block, unpacked a sub-block at a time for each eight).
 #include "kernels/QuantKernels.h"
 #include "kernels/ThreadTeam.h"
 
