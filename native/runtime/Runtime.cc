@@ -27,27 +27,43 @@ at::Tensor ProbeTokens(int64_t rows, int64_t length) {
 
 // The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
 // a decode step, in a cache of two rows: padding, positions and the cache written by the
-// prefill and read by the decode are all exercised, and a 1B model's float32 reference costs
-// a few passes over its weights. The float logits of each step (copied). `feed` holds
-// the tokens of each step: the reference records them (the decode step feeds its own argmax),
-// the candidate is fed the same.
-std::vector<at::Tensor> ProbeLogits(Stepper& stepper, int64_t context, std::vector<at::Tensor>& feed) {
-  const int64_t first = std::min<int64_t>(4, context - 2);
-  const int64_t second = std::max<int64_t>(1, first / 2);
-  const bool record = feed.empty();
-  if (record) feed.push_back(ProbeTokens(2, first));
-  at::Tensor pos = at::zeros({2}, at::kLong);
-  at::Tensor lengths = at::tensor(std::vector<int64_t>{first, second}, at::kLong);
+// prefill and read by the decode are all exercised. Each row's tokens are the first
+// `Lengths()[r] + 1` of its ProbeTokens row: its prefill, then the one token it decodes.
+struct Probe {
+  explicit Probe(int64_t context)
+      : first(std::min<int64_t>(4, context - 2)), second(std::max<int64_t>(1, first / 2)),
+        tokens(ProbeTokens(2, first + 1)) {}
+  int64_t first, second;
+  at::Tensor tokens;  // [2, first + 1]
+};
+
+// The candidate's logits of both steps (copied, float), run as a server runs them: the
+// prefill, then a decode step reading the cache the prefill wrote.
+std::vector<at::Tensor> ProbeLogits(Stepper& stepper, const Probe& probe) {
   std::vector<at::Tensor> logits;
   stepper.Begin(2);
-  for (size_t step = 0; step < 2; ++step) {
-    logits.push_back(stepper.Step(feed[step], pos, lengths).to(at::kCPU).to(at::kFloat).clone());
-    pos = pos + lengths;
-    if (record) feed.push_back(logits.back().argmax(1, true));
-    lengths = at::ones({2}, at::kLong);
-  }
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{probe.first, probe.second}, at::kLong);
+  logits.push_back(stepper.Step(probe.tokens.narrow(1, 0, probe.first), at::zeros({2}, at::kLong), lengths)
+                       .to(at::kCPU).to(at::kFloat).clone());
+  const at::Tensor next = at::stack({probe.tokens[0][probe.first], probe.tokens[1][probe.second]}).view({2, 1});
+  logits.push_back(stepper.Step(next, lengths, at::ones({2}, at::kLong)).to(at::kCPU).to(at::kFloat).clone());
   stepper.End();
   return logits;
+}
+
+// The reference's logits of the same two steps from one forward call of four rows (each
+// row's prefill, and its prefill with the decoded token): a causal model's logits after a
+// token do not depend on how its prefix was fed, and one call passes over the weights once
+// (a quantized checkpoint's forward dequantizes every weight on every call: two calls cost
+// twice the check).
+std::vector<at::Tensor> ReferenceLogits(Stepper& stepper, const Probe& probe) {
+  stepper.Begin(4);
+  const at::Tensor lengths =
+      at::tensor(std::vector<int64_t>{probe.first, probe.second, probe.first + 1, probe.second + 1}, at::kLong);
+  const at::Tensor all =
+      stepper.Step(at::cat({probe.tokens, probe.tokens}), at::zeros({4}, at::kLong), lengths).to(at::kCPU).to(at::kFloat);
+  stepper.End();
+  return {all.narrow(0, 0, 2).clone(), all.narrow(0, 2, 2).clone()};
 }
 
 // Largest logit difference of two probes, relative to the reference logits' size.
@@ -204,9 +220,10 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
   // (kTolerance16) on the same weights: its parameters are widened in place for the probe
   // and narrowed back after it (exactly), so a float32 copy of the module is never held
   // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
-  std::vector<at::Tensor> feed, expected;
+  const Probe probe(context);
+  std::vector<at::Tensor> expected;
   {
-    // The probe runs with torch's graph optimiser on, although two calls need no optimised
+    // The probe runs with torch's graph optimiser on, although one call needs no optimised
     // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
     // first call with the optimiser off left the module's forward failing an internal assert
     // once the TorchScript runtime later ran it optimised (llama.py's Linear modules).
@@ -214,13 +231,13 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
     if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
     if (sixteen) clock.Lap("widen");
     ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
-    expected = ProbeLogits(reference, context, feed);
+    expected = ReferenceLogits(reference, probe);
     clock.Lap("reference forward");
   }
   if (sixteen) clock.Lap("narrow");
   native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
   clock.Lap("pack");
-  const double disagreement = Disagreement(expected, ProbeLogits(*native, context, feed));
+  const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));
   clock.Lap("native forward");
   return disagreement;
 }

@@ -15,7 +15,7 @@ string attribute `qtype`; their TorchScript forward dequantizes (so the TorchScr
 a GPU and the load-time check run a quantized checkpoint as they run a float one).
 """
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -363,6 +363,28 @@ def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
     raise RuntimeError("unknown quantization " + qtype)
 
 
+# dequantized_linear multiplies by a quantized matrix a slab of rows at a time (2^18 values,
+# 1 MB of float32), so its float32 temporaries are a few slabs, which the allocator reuses,
+# rather than several copies of the whole matrix, each fresh memory the kernel must fault in
+# and zero (a 1B model's Q6_K head is 262 million values). Measured on one core: a 128256 x
+# 2048 Q6_K head 5.1 s whole, 1.6 s by slabs.
+def dequantized_linear(x: Tensor, qweight: Tensor, qtype: str, k: int, bias: Optional[Tensor]) -> Tensor:
+    """F.linear(x, dequantize_rows(qweight), bias), dequantizing a slab of rows at a time."""
+    n = qweight.size(0)
+    rows = max(1, 262144 // k)  # a slab: 2^18 values (TorchScript reads no global constant)
+    if n <= rows:
+        y = F.linear(x, dequantize_rows(qweight, qtype, k).to(x.dtype), None)
+    else:
+        parts: List[Tensor] = []
+        for start in range(0, n, rows):
+            w = dequantize_rows(qweight.narrow(0, start, min(rows, n - start)), qtype, k)
+            parts.append(F.linear(x, w.to(x.dtype), None))
+        y = torch.cat(parts, -1)
+    if bias is not None:
+        y = y + bias.to(x.dtype)
+    return y
+
+
 class QuantLinear(nn.Module):
     """y = x W^T + b with W quantized (buffer qweight: GGUF rows; attributes qtype,
     in_features, out_features: plain module attributes, which the native runtime reads).
@@ -399,11 +421,12 @@ class QuantLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dense = self.dense
-        w = (self.dequantize() if dense is None else dense).to(x.dtype)
         b = self.bias
+        if dense is None:
+            return dequantized_linear(x, self.qweight, self.qtype, self.in_features, b)
         if b is not None:
             b = b.to(x.dtype)
-        return F.linear(x, w, b)
+        return F.linear(x, dense.to(x.dtype), b)
 
 
 class QuantEmbedding(nn.Module):
@@ -443,5 +466,6 @@ class QuantEmbedding(nn.Module):
 
     def linear(self, x: Tensor) -> Tensor:
         dense = self.dense
-        w = (self.dequantize() if dense is None else dense).to(x.dtype)
-        return F.linear(x, w, None)
+        if dense is None:
+            return dequantized_linear(x, self.qweight, self.qtype, self.embedding_dim, None)
+        return F.linear(x, dense.to(x.dtype), None)
