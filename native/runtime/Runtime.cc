@@ -27,11 +27,12 @@ at::Tensor ProbeTokens(int64_t rows, int64_t length) {
 
 // The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
 // a decode step, in a cache of two rows: padding, positions and the cache written by the
-// prefill and read by the decode are all exercised. Each row's tokens are the first
-// `Lengths()[r] + 1` of its ProbeTokens row: its prefill, then the one token it decodes.
+// prefill and read by the decode are all exercised. Row 0 prefills the first `first` tokens of
+// its ProbeTokens row and row 1 the first `second` of its own; each then decodes its row's next
+// token (a context of 2, the least an export allows, still holds a prefill and a decode).
 struct Probe {
   explicit Probe(int64_t context)
-      : first(std::min<int64_t>(4, context - 2)), second(std::max<int64_t>(1, first / 2)),
+      : first(std::max<int64_t>(1, std::min<int64_t>(4, context - 2))), second(std::max<int64_t>(1, first / 2)),
         tokens(ProbeTokens(2, first + 1)) {}
   int64_t first, second;
   at::Tensor tokens;  // [2, first + 1]
