@@ -6,6 +6,10 @@
  * TEST_DEVICE (default "cpu") runs the device-generic tests on another device, e.g. "cuda"
  * from scripts/gpu-check.sh; there only the TorchScript runtime exists.
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { expect } from "chai";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
@@ -15,6 +19,7 @@ import type { KernelFamily } from "../../src/native/types.js";
 import type { CompletionChunk, GenerateRequest } from "../../src/types.js";
 import { rejection } from "../helpers/rejection.js";
 import { fixture, goldenFor } from "../helpers/fixtures.js";
+import { withExtraFile } from "../helpers/hfModels.js";
 
 const bytes = new ByteTokenizer();
 const request = (prompt: string, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
@@ -286,6 +291,25 @@ describe("TorchEngine stops and checkpoints", () => {
       const err = await rejection(TorchEngine.load(fixture(file)));
       expect(err.code, file).to.equal(code);
       expect(err.message, file).to.match(words);
+    }
+  });
+
+  it("refuses a checkpoint whose tokenizer.json is not usable (built while the addon configures), then loads the next", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "bad-tokenizer-"));
+    try {
+      const broken = withExtraFile(fixture("tiny-gpt-hf.pt"), join(dir, "bad-tokenizer.pt"), "tokenizer.json", "{not json");
+      const err = await rejection(TorchEngine.load(broken));
+      expect(err.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+      expect(err.message).to.match(/tokenizer\.json is not a usable tokenizer\.json/);
+      const engine = await TorchEngine.load(fixture("tiny-gpt-hf.pt"));
+      try {
+        const [text] = await engine.generateBatch([request("hello", { maxNewTokens: 2 })]);
+        expect(text).to.be.a("string");
+      } finally {
+        await engine.dispose();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -80,24 +80,40 @@ print(json.dumps(out))
   return JSON.parse(run(["-c", code], JSON.stringify(jobs))) as ReferenceRow[][];
 }
 
-/** A copy of `checkpoint` whose config.json ends rows on `eosTokenIds` (sha256 rewritten). */
-export function withEosTokenIds(checkpoint: string, out: string, eosTokenIds: number[]): string {
+/**
+ * A copy of `checkpoint` (sha256 rewritten) whose extra files (the dict `extra`: config.json,
+ * tokenizer.json, tokenizer_config.json) the Python lines `edit` change, with `arg` as `arg`.
+ */
+function rewriteExtraFiles(checkpoint: string, out: string, edit: string, arg: string): string {
   const code = `
 import json, sys, torch
 sys.path[:0] = ${pythonPath}
 from torchserve_node import export_gpt
-src, out, ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+src, out, arg = sys.argv[1], sys.argv[2], sys.argv[3]
 extra = {"config.json": "", "tokenizer.json": "", "tokenizer_config.json": ""}
 m = torch.jit.load(src, _extra_files=extra)
-cfg = json.loads(extra["config.json"])
-cfg["tokenizer"]["eos_token_ids"] = ids
-cfg["tokenizer"]["eos_token_id"] = ids[0]
-extra["config.json"] = json.dumps(cfg)
+${edit}
 torch.jit.save(m, out, _extra_files={k: v for k, v in extra.items() if v})
 export_gpt.write_sha256(out)
 `;
-  run(["-c", code, checkpoint, out, JSON.stringify(eosTokenIds)]);
+  run(["-c", code, checkpoint, out, arg]);
   return out;
+}
+
+/** A copy of `checkpoint` whose config.json ends rows on `eosTokenIds` (sha256 rewritten). */
+export function withEosTokenIds(checkpoint: string, out: string, eosTokenIds: number[]): string {
+  const edit = `
+ids = json.loads(arg)
+cfg = json.loads(extra["config.json"])
+cfg["tokenizer"]["eos_token_ids"] = ids
+cfg["tokenizer"]["eos_token_id"] = ids[0]
+extra["config.json"] = json.dumps(cfg)`;
+  return rewriteExtraFiles(checkpoint, out, edit, JSON.stringify(eosTokenIds));
+}
+
+/** A copy of `checkpoint` whose extra file `name` holds `text` (sha256 rewritten). */
+export function withExtraFile(checkpoint: string, out: string, name: string, text: string): string {
+  return rewriteExtraFiles(checkpoint, out, `extra[${JSON.stringify(name)}] = arg`, text);
 }
 
 /**
