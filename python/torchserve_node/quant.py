@@ -372,14 +372,11 @@ def dequantized_linear(x: Tensor, qweight: Tensor, qtype: str, k: int, bias: Opt
     """F.linear(x, dequantize_rows(qweight), bias), dequantizing a slab of rows at a time."""
     n = qweight.size(0)
     rows = max(1, 262144 // k)  # a slab: 2^18 values (TorchScript reads no global constant)
-    if n <= rows:
-        y = F.linear(x, dequantize_rows(qweight, qtype, k).to(x.dtype), None)
-    else:
-        parts: List[Tensor] = []
-        for start in range(0, n, rows):
-            w = dequantize_rows(qweight.narrow(0, start, min(rows, n - start)), qtype, k)
-            parts.append(F.linear(x, w.to(x.dtype), None))
-        y = torch.cat(parts, -1)
+    parts: List[Tensor] = []
+    for start in range(0, n, rows):
+        w = dequantize_rows(qweight.narrow(0, start, min(rows, n - start)), qtype, k)
+        parts.append(F.linear(x, w.to(x.dtype), None))
+    y = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
     if bias is not None:
         y = y + bias.to(x.dtype)
     return y
