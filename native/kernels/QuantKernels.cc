@@ -172,6 +172,7 @@ namespace tsn::avx2 {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c,bmi2")
+#define TSN_Q_AVX512
 namespace tsn::avx512 {
 #include "kernels/QuantKernelsBody.inc"
 }  // namespace tsn::avx512
@@ -187,6 +188,7 @@ namespace tsn::avx512_bf16 {
 }  // namespace tsn::avx512_bf16
 #pragma GCC pop_options
 #undef TSN_Q_VNNI
+#undef TSN_Q_AVX512
 #undef TSN_Q_AVX2
 
 namespace tsn::baseline {
