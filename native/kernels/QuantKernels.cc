@@ -170,6 +170,11 @@ namespace tsn::avx2 {
 }  // namespace tsn::avx2
 #pragma GCC pop_options
 
+// GCC 12's 512-bit intrinsics (broadcasts, inserts, casts, conversions) start from an undefined
+// vector, which -Wall reports at every use (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c,bmi2")
 #define TSN_Q_AVX512
@@ -187,6 +192,7 @@ namespace tsn::avx512_bf16 {
 #include "kernels/QuantKernelsBody.inc"
 }  // namespace tsn::avx512_bf16
 #pragma GCC pop_options
+#pragma GCC diagnostic pop
 #undef TSN_Q_VNNI
 #undef TSN_Q_AVX512
 #undef TSN_Q_AVX2
