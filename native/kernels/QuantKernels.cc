@@ -4,8 +4,9 @@
 // activations are quantized to 8 bits (Q8_0 per block of 32 for Q8_0 weights, Q8_K per 256 for
 // the K-quants), each block's product is an exact int32 sum, scaled by the product of the
 // scales and accumulated in float32. A call quantizes its rows once and reuses them for every
-// output column of its panels; a weight block is read once for up to four rows (Q8_0) or sixteen
-// (a K-quant super-block, unpacked a sub-block at a time for each eight).
+// output column of its panels; a weight block is read once for up to four rows (Q8_0; eight on
+// the AVX-512 families, two rows to a zmm register) or sixteen (a K-quant super-block, unpacked
+// a sub-block at a time for each tile of eight rows, or sixteen on the AVX-512 families).
 #include "kernels/QuantKernels.h"
 #include "kernels/ThreadTeam.h"
 
