@@ -20,6 +20,11 @@
  *
  *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m,llama-1b]
  *        [--kernels avx2,baseline] [--threads 1,2] [--precisions f32,bf16,q8_0,q4_k_m] [--batches 1,4,16]
+ *        [--llamacpp-cpu match|best|haswell|zen4|...]
+ *
+ * llama.cpp ships a CPU build per instruction set and loads the best one the CPU runs; when only
+ * the avx2 kernels are timed, its AVX2 build (haswell) runs instead, so that an AVX-512 host
+ * compares AVX2 code with AVX2 code (lib/llamaCppBuild.ts). The table's header names the build.
  *
  * Prints a table of ratios (ours / llama.cpp) and writes .cache/bench/vs-llamacpp-<time>.json.
  */
@@ -27,10 +32,11 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 
-import { getLlama, LlamaLogLevel, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 
 import { loadAddon } from "../../src/native/binding.js";
 import { kernelFamiliesToTime } from "./lib/args.js";
+import { importNodeLlamaCpp, llamaCppCpuBuilds, matchingLlamaCppBuild } from "./lib/llamaCppBuild.js";
 import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
 import { machineFacts } from "./lib/machine.js";
 import { repoRoot } from "./lib/paths.js";
@@ -46,6 +52,7 @@ const { values: args } = parseArgs({
     precisions: { type: "string", default: "f32,bf16,q8_0,q4_k_m" },
     batches: { type: "string" },
     "prefill-tokens": { type: "string", default: "400" },
+    "llamacpp-cpu": { type: "string", default: "match" },
     help: { type: "boolean", default: false },
   },
 });
@@ -58,6 +65,9 @@ if (args.help) {
   --precisions LIST  f32,bf16,q8_0,q4_k_m (default all; the quantized ones on llama models)
   --batches LIST   decode batch sizes (default 1,4,16; --quick 1,4)
   --prefill-tokens N  the prefill prompt's length (default 400)
+  --llamacpp-cpu NAME  which of llama.cpp's CPU builds runs: match (default: its AVX2 build,
+                   haswell, when only avx2 kernels are timed, else ggml's pick, the best this CPU
+                   runs), best, or a build's name (${llamaCppCpuBuilds().join(", ")})
   --quick          fewer tokens, batch 1 and 4 only`);
   process.exit(0);
 }
@@ -270,6 +280,9 @@ function weightBytes(config: Record<string, number>, bytesPerWeight: number): nu
 
 const machine = machineFacts();
 const bandwidths = Object.fromEntries(threadCounts.map((t) => [t, bandwidth(t)])) as Record<number, number>;
+const llamaCppBuild = args["llamacpp-cpu"] === "match" ? matchingLlamaCppBuild(families) : args["llamacpp-cpu"] === "best" ? undefined : args["llamacpp-cpu"];
+const { module: nodeLlamaCpp, cleanup: cleanupLlamaCpp } = await importNodeLlamaCpp(llamaCppBuild);
+const { getLlama, LlamaLogLevel } = nodeLlamaCpp;
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: 0 });
 const results: Array<Record<string, unknown>> = [];
 const lines: string[] = [];
@@ -321,9 +334,11 @@ f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["c
   }
 }
 await llama.dispose();
+cleanupLlamaCpp();
 
 const header = [
   `${machine.cpu}, ${machine.cores} cores, load ${machine.loadAtStart.toFixed(1)} at start; ${newTokens} new tokens per measurement (llama-1b: ${Math.min(newTokens, 8)}), prompt ${promptLen}`,
+  `llama.cpp's CPU build: ${llamaCppBuild ?? "ggml's pick (the best this CPU runs)"}`,
   `measured read bandwidth: ${threadCounts.map((t) => `${t} thread(s) ${(bandwidths[t]! / 1e9).toFixed(1)} GB/s`).join(", ")}`,
   "",
   `| model | precision (ours vs llama.cpp) | our kernels | threads | ${batches.map((b) => `batch ${b} tok/s ours / llama.cpp`).join(" | ")} | first token, ${promptLen}-token prompt | prefill ${prefillLen} tokens | batch-1 bandwidth used (ours / llama.cpp) | first 8 greedy tokens equal |`,
@@ -331,5 +346,5 @@ const header = [
 ];
 const footer = problems.length ? ["", "Not reported (n/a), since llama.cpp's steps were not one llama_decode of all rows:", ...problems.map((p) => `- ${p}`)] : [];
 console.log([...header, ...lines, ...footer].join("\n"));
-const file = writeResults("vs-llamacpp", { machine, args: { ...args, newTokens, batches, families }, bandwidths, results, problems, table: [...header, ...lines, ...footer] });
+const file = writeResults("vs-llamacpp", { machine, args: { ...args, newTokens, batches, families }, llamaCppBuild: llamaCppBuild ?? "best", bandwidths, results, problems, table: [...header, ...lines, ...footer] });
 console.log(`\nresults: ${file}`);
