@@ -3,8 +3,9 @@
  * silently and generate garbage, so a `<file>.sha256` (sha256sum format) is checked when
  * present.
  */
-import { existsSync, readFileSync } from "node:fs";
-import { basename } from "node:path";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
 import { Worker } from "node:worker_threads";
 
 import { ServingError } from "../errors.js";
@@ -38,13 +39,62 @@ export function sha256File(path: string): Promise<string> {
   });
 }
 
+export interface ChecksumOptions {
+  /**
+   * A directory where a match is remembered by the file's identity (its real path, device,
+   * inode, size, and modification and change times, with the digest expected), so a later
+   * check of the same unchanged file does not hash it again. Any write to the file, a
+   * replacement or a new `.sha256` changes that identity. The engine passes the load-time
+   * check's directory (SERVICE_LOAD_CHECK_CACHE). Absent: every check hashes.
+   */
+  rememberIn?: string;
+  /** Hash even when a match is remembered (and remember it anew). */
+  always?: boolean;
+}
+
+/** The identity a remembered match is keyed by; undefined if the file cannot be stat'ed. */
+function fileIdentity(path: string, expected: string): string | undefined {
+  try {
+    const s = statSync(path, { bigint: true });
+    return JSON.stringify({ path: realpathSync(path), dev: `${s.dev}`, ino: `${s.ino}`, size: `${s.size}`, mtimeNs: `${s.mtimeNs}`, ctimeNs: `${s.ctimeNs}`, sha256: expected });
+  } catch {
+    return undefined;
+  }
+}
+
+function memoFile(dir: string, identity: string): string {
+  return join(dir, `sha256-${createHash("sha256").update(identity).digest("hex").slice(0, 32)}.json`);
+}
+
+function remembered(dir: string, identity: string): boolean {
+  try {
+    return readFileSync(memoFile(dir, identity), "utf8") === `${identity}\n`;
+  } catch {
+    return false;
+  }
+}
+
+/** Best effort: a directory that cannot be written costs the saving, nothing else. */
+function remember(dir: string, identity: string): void {
+  const file = memoFile(dir, identity);
+  const temporary = `${file}.${process.pid}.tmp`;
+  try {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(temporary, `${identity}\n`);
+    renameSync(temporary, file);
+  } catch {
+    // not remembered: the next load hashes again
+  }
+}
+
 /**
- * Resolves to true when `<path>.sha256` exists and matches, false when there is none.
+ * Resolves to true when `<path>.sha256` exists and matches (hashed now, or a match remembered
+ * for the same unchanged file, see ChecksumOptions), false when there is none.
  * Throws ERR_CHECKPOINT_NOT_FOUND for a missing file and ERR_CHECKPOINT_INVALID on mismatch.
  * The file and its sidecar are looked up before this returns (a few small synchronous
  * reads), so the hashing thread is already running when the caller goes on.
  */
-export function verifyChecksum(path: string): Promise<boolean> {
+export function verifyChecksum(path: string, options: ChecksumOptions = {}): Promise<boolean> {
   if (!existsSync(path)) {
     return Promise.reject(new ServingError("ERR_CHECKPOINT_NOT_FOUND", `Checkpoint not found: ${path}`));
   }
@@ -57,6 +107,9 @@ export function verifyChecksum(path: string): Promise<boolean> {
   if (!/^[0-9a-f]{64}$/.test(expected)) {
     return Promise.reject(new ServingError("ERR_CHECKPOINT_INVALID", `${path}.sha256 does not hold a sha256 digest`));
   }
+  const dir = options.rememberIn;
+  const before = dir ? fileIdentity(path, expected) : undefined;
+  if (dir && before && !options.always && remembered(dir, before)) return Promise.resolve(true);
   return sha256File(path).then((actual) => {
     if (actual !== expected) {
       throw new ServingError(
@@ -65,6 +118,8 @@ export function verifyChecksum(path: string): Promise<boolean> {
           "the file is corrupt or was replaced without updating the .sha256 beside it.",
       );
     }
+    // Remembered only if the file did not change while it was hashed.
+    if (dir && before && fileIdentity(path, expected) === before) remember(dir, before);
     return true;
   });
 }

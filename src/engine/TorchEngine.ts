@@ -38,7 +38,11 @@ export interface TorchEngineOptions {
    * more than they gain.
    */
   threads?: number;
-  /** Check `<checkpoint>.sha256` when present. Default true. */
+  /**
+   * Check `<checkpoint>.sha256` when present. Default true. A match is remembered in
+   * `loadCheckCache` by the file's identity (path, inode, size, modification and change times),
+   * so an unchanged file is hashed once; `loadCheck: "always"` hashes again.
+   */
   verifyChecksum?: boolean;
   /**
    * "auto" (default) runs an architecture the native CPU runtime has (the addon's
@@ -67,7 +71,10 @@ export interface TorchEngineOptions {
    * threads is checked once, not on every load. Default: nowhere (every load checks).
    */
   loadCheckCache?: string;
-  /** SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict; "always" checks again. */
+  /**
+   * SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict (and a remembered sha256
+   * match); "always" checks (and hashes) again.
+   */
   loadCheck?: "cached" | "always";
   /**
    * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
@@ -146,7 +153,10 @@ export class TorchEngine implements TextGenerationEngine {
     };
     // The file is hashed on a worker thread while this one loads the addon (and libtorch);
     // the archive is opened only once the hash matches.
-    const checked = options.verifyChecksum !== false ? verifyChecksum(path) : Promise.resolve(false);
+    const checked =
+      options.verifyChecksum !== false
+        ? verifyChecksum(path, { ...(options.loadCheckCache === undefined ? {} : { rememberIn: options.loadCheckCache }), always: options.loadCheck === "always" })
+        : Promise.resolve(false);
     checked.catch(() => undefined); // awaited below; not unhandled if loadAddon throws first
     const addon = loadAddon();
     await checked;
