@@ -5,12 +5,15 @@
  * KV budget (SERVICE_KV_BUDGET_MB), load <= 2x reading the file.
  *
  *   node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [--runtime auto|native|torchscript]
- *        [--kv-budget-mb 256] [--threads N] [--tokens 8]
+ *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold]
  *
  * Each checkpoint loads in a child process of its own (VmRSS and VmHWM are per process), one at
  * a time. The file is read once to warm the page cache and then timed on a second read (into a
  * reused buffer), so both the read and the load below find it cached: the ratio compares like
- * with like. Load time is TorchEngine.load: archive, runtime choice with its load-time check,
+ * with like. With --cold, the checkpoint's pages are dropped from the page cache instead
+ * (`dd iflag=nocache count=0`, this file only: libtorch and the addon stay cached) before the
+ * timed read and before each load, so both read it from the disk, as a server's first start
+ * after a reboot or a fresh download does. Load time is TorchEngine.load: archive, runtime choice with its load-time check,
  * packing and warm-up. After load, a short greedy generation proves the model still serves.
  * Each checkpoint loads twice, with a fresh directory for remembered verdicts of the load-time
  * check (loadCheckCache): the first load checks and remembers, the second finds the verdict
@@ -34,7 +37,8 @@ const usage = `usage: node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt..
   --runtime NAME       auto (default), native or torchscript
   --kv-budget-mb N     KV budget (default 256, the engine's)
   --threads N          compute threads (default cores - 1)
-  --tokens N           greedy tokens generated after load (default 8)`;
+  --tokens N           greedy tokens generated after load (default 8)
+  --cold               drop the checkpoint from the page cache before the read and each load`;
 
 interface ChildReport {
   baselineRssBytes: number;
@@ -137,7 +141,13 @@ function readSeconds(path: string): number {
   return (performance.now() - start) / 1000;
 }
 
-function runChild(path: string, args: string[]): Promise<ChildReport> {
+/** Drops the file's pages from the page cache (GNU dd's documented idiom; no root needed). */
+function evict(path: string): void {
+  execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
+}
+
+function runChild(path: string, args: string[], cold: boolean): Promise<ChildReport> {
+  if (cold) evict(path);
   return new Promise((resolve, reject) => {
     const proc = fork(fileURLToPath(import.meta.url), ["--child", path, ...args], {
       env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" },
@@ -158,7 +168,8 @@ async function main(): Promise<void> {
     await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!);
     return;
   }
-  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens"]);
+  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold"]);
+  const cold = flags.get("cold") === true;
   const list = stringFlag(flags, "ckpt", "");
   if (!list) {
     console.error(`--ckpt is required\n\n${usage}`);
@@ -172,12 +183,13 @@ async function main(): Promise<void> {
   for (const checkpoint of list.split(",")) {
     const fileBytes = statSync(checkpoint).size;
     const weightBytes = storedTensorBytes(checkpoint);
-    readSeconds(checkpoint); // warms the page cache
+    if (cold) evict(checkpoint);
+    else readSeconds(checkpoint); // warms the page cache
     const read = readSeconds(checkpoint);
     const cache = mkdtempSync(join(tmpdir(), "load-checks-"));
     const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache];
-    const report = await runChild(checkpoint, args);
-    const later = await runChild(checkpoint, args);
+    const report = await runChild(checkpoint, args, cold);
+    const later = await runChild(checkpoint, args, cold);
     rmSync(cache, { recursive: true, force: true });
     const kvBudgetBytes = kvBudgetMb * 2 ** 20;
     rows.push({
@@ -195,7 +207,10 @@ async function main(): Promise<void> {
     });
   }
 
-  console.log(`runtime ${runtime}, KV budget ${kvBudgetMb} MiB, ${threads} threads; GB = 1e9 bytes`);
+  console.log(
+    `runtime ${runtime}, KV budget ${kvBudgetMb} MiB, ${threads} threads; GB = 1e9 bytes; ` +
+      (cold ? "cold: the checkpoint dropped from the page cache before the read and before each load" : "cached: the read and the loads find the checkpoint in the page cache"),
+  );
   console.log(
     "checkpoint                    dtype     weights  module  runtime  RSS before  RSS after  HWM     x weights  target  " +
       "read s  load s  load/read  later s  later/read",
@@ -229,7 +244,7 @@ async function main(): Promise<void> {
       console.log(`  ${basename(row.checkpoint)} ${which}: ${text}`);
     }
   }
-  const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, rows });
+  const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, cold, rows });
   console.log(`results: ${file}`);
 }
 
