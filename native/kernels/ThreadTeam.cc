@@ -71,19 +71,23 @@ namespace {
 
 std::atomic<uint64_t> nextTicket{1};
 thread_local uint64_t currentTicket = 0;
+thread_local int currentMembers = 1;
 
 }  // namespace
 
 uint64_t PhaseTicket() { return currentTicket; }
+int PhaseMembers() { return currentMembers; }
 
 void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& work) {
   Counters& phase = phases_[phaseOf_[member]++];
   currentTicket = nextTicket.fetch_add(1, std::memory_order_relaxed);
+  currentMembers = members_;
   for (int chunk; (chunk = phase.claimed.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
     work(chunk);
     phase.done.fetch_add(1, std::memory_order_release);
   }
   currentTicket = 0;
+  currentMembers = 1;
   if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }
 

@@ -22,6 +22,9 @@ namespace tsn {
 // earlier phase, or before the member's first chunk), so a kernel may keep per-thread work
 // on them (the quantized activations) for the rest of the phase by this ticket alone.
 uint64_t PhaseTicket();
+// The members sharing the current phase's chunks (1 outside a phase): a kernel may prefetch
+// past its own chunk only where no other member takes the next one.
+int PhaseMembers();
 
 class ThreadTeam {
  public:
