@@ -131,6 +131,11 @@ std::vector<std::string> SupportedKernelFamilies() {
   return families;
 }
 
+bool CpuHasAvx512() {
+  static const bool has = HasAvx512();
+  return has;
+}
+
 void AdviseHugePages(void* memory, size_t bytes) {
   // Only whole 2 MiB pages inside the block; the kernel backs them with huge pages where
   // transparent huge pages are enabled ("always" or "madvise"), else this does nothing.

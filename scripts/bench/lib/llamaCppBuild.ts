@@ -54,9 +54,10 @@ export async function importNodeLlamaCpp(build?: string): Promise<{ module: type
   mkdirSync(join(copy, "dist"));
   copyFileSync(join(source, "package.json"), join(copy, "package.json"));
   for (const name of readdirSync(join(source, "dist"))) copyFileSync(join(source, "dist", name), join(copy, "dist", name));
-  for (const name of readdirSync(binsDir())) {
+  const bins = binsDir();
+  for (const name of readdirSync(bins)) {
     const variant = cpuLibrary.exec(name)?.[1];
-    if (variant === undefined || variant === build) copyFileSync(join(binsDir(), name), join(copyBins, name));
+    if (variant === undefined || variant === build) copyFileSync(join(bins, name), join(copyBins, name));
   }
   const target = pathToFileURL(join(copy, "dist", "index.js")).href;
   const hooks = `let target;
