@@ -13,8 +13,8 @@
  * with like. With --cold, the checkpoint's pages are dropped from the page cache instead
  * (`dd iflag=nocache count=0`, this file only: libtorch and the addon stay cached) before the
  * timed read and before each load, so both read it from the disk, as a server's first start
- * after a reboot or a fresh download does. Load time is TorchEngine.load: archive, runtime choice with its load-time check,
- * packing and warm-up. After load, a short greedy generation proves the model still serves.
+ * after a reboot or a fresh download does. Load time is TorchEngine.load: archive, runtime
+ * choice with its load-time check, packing and warm-up. After load, a short greedy generation proves the model still serves.
  * Each checkpoint loads twice, with a fresh directory for remembered verdicts of the load-time
  * check (loadCheckCache): the first load checks and remembers, the second finds the verdict
  * (a build that does not remember verdicts checks both times).
