@@ -155,7 +155,7 @@ export class TorchEngine implements TextGenerationEngine {
     // the archive is opened only once the hash matches.
     const checked =
       options.verifyChecksum !== false
-        ? verifyChecksum(path, { ...(options.loadCheckCache === undefined ? {} : { rememberIn: options.loadCheckCache }), always: options.loadCheck === "always" })
+        ? verifyChecksum(path, { rememberIn: options.loadCheckCache, always: options.loadCheck === "always" })
         : Promise.resolve(false);
     checked.catch(() => undefined); // awaited below; not unhandled if loadAddon throws first
     const addon = loadAddon();
