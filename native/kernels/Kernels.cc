@@ -12,7 +12,7 @@
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 #include "kernels/QuantKernels.h"
-#include "kernels/QuantKernels.h"
+#include "kernels/ThreadTeam.h"
 
 #define TSN_INLINE inline __attribute__((always_inline))
 #define TSN_NOINLINE __attribute__((noinline))
