@@ -188,7 +188,11 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
   // cycle") a row whose token arrived a moment late went into a step of its own: a batch-4 run
   // on a 1B model took 3-row steps, 12 llama_decode calls for 9 tokens, understating
   // llama.cpp at batch 4 and 16.
-  const gate = { rows: 1, decodes: 0 };
+  // The wait spins on the event loop, so it lasts only while a timed run is open: a row that
+  // stops (the run's last token) may leave a decode queued, and polling for its partners then
+  // spun for 5 s, into the next run and into our arm, taking a core from whichever ran (2-thread
+  // figures of both sides at a fraction of their rate). Outside a run, queued work goes at once.
+  const gate = { rows: 1, decodes: 0, open: false };
   let context: LlamaContext | undefined;
   const queued = () => (context as unknown as { _queuedDecodeSequenceIds: Set<number> })._queuedDecodeSequenceIds.size;
   context = await model.createContext({
@@ -196,7 +200,8 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
     batching: {
       dispatchSchedule: (dispatch) => {
         const since = performance.now();
-        const poll = () => (queued() >= gate.rows || performance.now() - since > 5000 ? dispatch() : setImmediate(poll));
+        const poll = () =>
+          !gate.open || queued() >= gate.rows || performance.now() - since > 5000 ? dispatch() : setImmediate(poll);
         setImmediate(poll);
       },
     },
@@ -234,6 +239,7 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
             setImmediate(() => release.forEach((go) => go()));
           }
         });
+      gate.open = true;
       const start = performance.now();
       const outs = await Promise.all(
         sequences.slice(0, batch).map(async (sequence, r) => {
@@ -247,6 +253,7 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
         }),
       );
       const seconds = (performance.now() - start) / 1000;
+      gate.open = false;
       if (gate.decodes !== tokens) {
         problems.push(`batch ${batch}, ${tokens} tokens: ${gate.decodes} llama_decode calls, expected ${tokens}`);
         return [NaN, outs[0]!];
