@@ -87,7 +87,9 @@ try {
   torchError = err.message;
 }
 
-const missing = ["make", useGyp ? null : "cmake"].filter((tool) => tool && !have(tool));
+// node-gyp writes Makefiles; cmake-js drives Ninja when it is on PATH (as on many GPU images,
+// which have it beside CMake and no make), else Makefiles.
+const missing = (useGyp ? ["make"] : ["cmake", have("ninja") ? null : "make"]).filter((tool) => tool && !have(tool));
 if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
 if (missing.length > 0) {
   // Say everything that is missing at once, libtorch included, so one install fixes it all.
