@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU check: builds the addon against this machine's Python torch (pip, 2.x, with CUDA), runs
 # the engine tests that take a device on CUDA (the TorchScript runtime: batch == alone,
-# stream == batch, continuous joins, chunked prefill, cancellation, seeded sampling), then
-# the decode benchmark on the GPU at batch 1 to 64 beside a plain Python TorchScript loop on
-# the same GPU, and prints a table.
+# stream == batch, continuous joins, chunked prefill, cancellation, seeded sampling), then the
+# Llama/Qwen/GPT checkpoints of test/native/llama.test.ts on CUDA (float32, bf16, fp16, Q8_0 and
+# Q4_K_M, which the GPU dequantizes once at load; greedy tokens against the Python reference's),
+# then the decode benchmark on the GPU at batch 1 to 64 beside a plain Python TorchScript loop
+# on the same GPU, and prints a table.
 #
 #   bash scripts/gpu-check.sh          on a CUDA host (needs nvcc/the CUDA toolkit, CMake, Node)
 #   bash scripts/gpu-check.sh --cpu    the same steps on the CPU with the existing build and
@@ -12,7 +14,8 @@
 # Environment: TORCHSERVE_PYTHON (default python3) picks the Python whose torch to build
 # against; GPU_CHECK_CKPT the checkpoint to benchmark (default models/brown-gpt.pt; a bf16
 # checkpoint, e.g. from scripts/model/export_hf.py --dtype bfloat16, is benchmarked in its own
-# dtype).
+# dtype); TEST_NATIVE_SET a folder where `test/model/python/make_hf_fixture.py DIR --native-set`
+# already made the Llama set (otherwise this Python's torch makes it, in a few seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +46,7 @@ if [ "$mode" = cuda ]; then
   # The same run times a plain Python TorchScript loop on the GPU: the figures come with a ratio.
   baseline=--baseline
 else
+  python="${TORCHSERVE_PYTHON:-/usr/bin/python3}"   # the Python the test suite makes fixtures with
   "$node_bin" scripts/build-native.mjs   # the existing build when it is up to date
   device=cpu
   batches=1,4
@@ -50,7 +54,7 @@ else
   ckpt="${GPU_CHECK_CKPT:-test/fixtures/tiny-gpt.pt}"
   baseline=
 fi
-if [ ! -f dist/test/engine/TorchEngine.test.js ] || [ ! -f dist/scripts/bench/device-decode.js ]; then
+if [ ! -f dist/test/native/llama.test.js ] || [ ! -f dist/test/engine/TorchEngine.test.js ] || [ ! -f dist/scripts/bench/device-decode.js ]; then
   "$node_bin" node_modules/typescript/bin/tsc -p tsconfig.json
 fi
 
@@ -63,6 +67,16 @@ fi
 echo "gpu-check: engine tests on $device (TorchScript runtime)"
 TEST_DEVICE="$device" "$node_bin" node_modules/mocha/bin/mocha.js --no-config --timeout 120000 \
   --grep "torchscript runtime" dist/test/engine/TorchEngine.test.js
+
+if [ -z "${TEST_NATIVE_SET:-}" ]; then
+  TEST_NATIVE_SET="$(mktemp -d)"
+  trap 'rm -rf "$TEST_NATIVE_SET"' EXIT
+  echo "gpu-check: making the Llama test set with $("$python" -c 'import torch; print("torch", torch.__version__)')"
+  "$python" test/model/python/make_hf_fixture.py "$TEST_NATIVE_SET" --native-set
+fi
+echo "gpu-check: Llama, Qwen and 16-bit/quantized checkpoints on $device (TorchScript runtime)"
+TEST_DEVICE="$device" TEST_NATIVE_SET="$TEST_NATIVE_SET" "$node_bin" node_modules/mocha/bin/mocha.js --no-config \
+  --timeout 120000 --grep "torchscript: greedy agrees" dist/test/native/llama.test.js
 
 echo "gpu-check: decode benchmark on $device"
 TORCHSERVE_PYTHON="${python:-}" "$node_bin" dist/scripts/bench/device-decode.js --ckpt "$ckpt" --device "$device" \

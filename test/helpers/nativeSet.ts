@@ -8,7 +8,7 @@ import { expect } from "chai";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 
 import type { RawGenerateRow } from "../../src/native/types.js";
 import { repoRoot } from "./fixtures.js";
@@ -30,9 +30,21 @@ export interface ReferenceCheckpoint {
 
 let made: Record<string, ReferenceCheckpoint> | undefined;
 
-/** The set, by variant name (made on first call; removed when the process exits). */
+/**
+ * The set, by variant name (made on first call; removed when the process exits). TEST_NATIVE_SET
+ * names a folder where `make_hf_fixture.py DIR --native-set` already made it, for a host whose
+ * Python cannot (scripts/gpu-check.sh carries one to a GPU host, whose torch is another version).
+ */
 export function nativeFixtureSet(): Record<string, ReferenceCheckpoint> {
   if (made) return made;
+  const prebuilt = process.env.TEST_NATIVE_SET;
+  if (prebuilt) {
+    const set = JSON.parse(readFileSync(join(prebuilt, "reference.json"), "utf8")) as Record<string, ReferenceCheckpoint>;
+    // Every file of the set lies directly in its folder, wherever that folder was when it was made.
+    for (const checkpoint of Object.values(set)) checkpoint.file = join(prebuilt, basename(checkpoint.file));
+    made = set;
+    return made;
+  }
   const dir = mkdtempSync(join(tmpdir(), "tsn-native-set-"));
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
   const result = spawnSync("/usr/bin/python3", [join(repoRoot, "test", "model", "python", "make_hf_fixture.py"), dir, "--native-set"], {

@@ -1,7 +1,7 @@
 /**
  * scripts/gpu-check.sh in its CPU mode: the same steps it takes on a GPU host (build check,
- * the device-parametrised engine tests, the decode benchmark table), on the CPU, so the script
- * cannot rot on machines without a GPU.
+ * the device-parametrised engine tests, the Llama set's TorchScript arm, the decode benchmark
+ * table), on the CPU, so the script cannot rot on machines without a GPU.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -23,6 +23,10 @@ describe("scripts/gpu-check.sh --cpu", function () {
     expect(run.status, output).to.equal(0);
     expect(output).to.match(/passing/);
     expect(output).not.to.match(/failing/);
+    // The Llama set on the device: 16-bit and quantized checkpoints, each against its reference.
+    for (const name of ["llama-gqa-bf16", "llama-gqa-fp16", "qwen-bias-tied-q8_0", "llama-wide-q4_k_m"]) {
+      expect(output).to.include(`${name}, torchscript: greedy agrees with the reference`);
+    }
     // One table row per batch: | batch | prefill ms | decode step ms | tokens/s |
     expect(output).to.match(/^\| 1 \| [\d.]+ \| [\d.]+ \| \d+ \|$/m);
     expect(output).to.match(/^\| 4 \| [\d.]+ \| [\d.]+ \| \d+ \|$/m);

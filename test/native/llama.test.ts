@@ -48,8 +48,13 @@ const variants = [
   "qwen-bias-tied-q8_0",
   "llama-wide-q4_k_m",
 ];
+/**
+ * TEST_DEVICE (default "cpu"): the device of the TorchScript arm. scripts/gpu-check.sh runs
+ * that arm on "cuda" (the native runtime is the CPU's: its arms run only on "cpu").
+ */
+const device = process.env.TEST_DEVICE ?? "cpu";
 const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }> = [
-  ...addon.kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })),
+  ...(device === "cpu" ? addon.kernelFamilies.map((kernels) => ({ runtime: "native" as const, kernels })) : []),
   { runtime: "torchscript" },
 ];
 
@@ -123,7 +128,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
       it(`${label}: greedy agrees with the reference; batch == alone; stream == batch`, async () => {
         const checkpoint = reference[name]!;
         const model: RawLanguageModel = await addon.loadLanguageModel(checkpoint.file, {
-          device: "cpu",
+          device: runtime === "torchscript" ? device : "cpu",
           extraFiles: ["config.json"],
           threads: 2,
         });
@@ -143,8 +148,10 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
 
           const sixteen = checkpoint.dtype !== "float32";
           // The TorchScript runtime computes a 16-bit checkpoint in float32 on a CPU without
-          // fast 16-bit matmuls (and float16 always: libtorch's CPU has no float16 matmul).
-          const widened = runtime === "torchscript" && sixteen && (checkpoint.dtype === "float16" || !fastBf16);
+          // fast 16-bit matmuls (and float16 always: libtorch's CPU has no float16 matmul); on a
+          // GPU in its own dtype.
+          const widened =
+            runtime === "torchscript" && sixteen && device === "cpu" && (checkpoint.dtype === "float16" || !fastBf16);
           if (runtime === "torchscript" && sixteen) expect(choice.note ?? "").to.include(widened ? "in float32" : "");
           // Quantized weights: the reference is the checkpoint's dequantizing forward, which the
           // TorchScript runtime runs; the native runtime quantizes activations per block of 32.
