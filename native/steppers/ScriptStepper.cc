@@ -135,16 +135,22 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
   const at::Tensor counts = packed.select(1, width + 1);
   const at::Tensor decodeCounts = packed.select(1, width + 2);
 
+  // Logits for the slots up to the last one fed, not for every slot of the cache: the cache
+  // holds up to kMaxSlots rows, and [kMaxSlots, vocabulary] fresh each step (131 MB in float32
+  // at a 128,256-token vocabulary) cost a batch-1 decode step 20x its forward on the CPU.
+  const int64_t used = std::max(decodeEnd, chunked.empty() ? int64_t{0} : chunked.back() + 1);
   at::Tensor logits;
   auto place = [&](const at::Tensor& out, int64_t first) {
-    if (!logits.defined()) logits = at::zeros({slots, out.size(1)}, out.options());
+    if (!logits.defined()) logits = at::empty({used, out.size(1)}, out.options());
     logits.narrow(0, first, out.size(0)).copy_(out);
   };
   if (decodeEnd > 0) {
     // Chunking rows inside the prefix feed nothing here (idle rows write nothing).
-    place(Forward(tokens.narrow(0, 0, decodeEnd).narrow(1, 0, 1), positions.narrow(0, 0, decodeEnd),
-                  decodeCounts.narrow(0, 0, decodeEnd), 0, decodeEnd),
-          0);
+    const at::Tensor out = Forward(tokens.narrow(0, 0, decodeEnd).narrow(1, 0, 1), positions.narrow(0, 0, decodeEnd),
+                                   decodeCounts.narrow(0, 0, decodeEnd), 0, decodeEnd);
+    // A decode-only step (the usual one) returns the forward's own logits.
+    if (chunked.empty()) return out;
+    place(out, 0);
   }
   // Rows feeding chunks: neighbouring slots share a call while padding them to the widest
   // costs at most twice their real tokens (a burst of new prompts lands in adjacent slots);
@@ -169,7 +175,7 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
       place(out, first);
     } else {
       // Only the chunk rows' logits: decoding rows in between got theirs from the decode call.
-      if (!logits.defined()) logits = at::zeros({slots, out.size(1)}, out.options());
+      if (!logits.defined()) logits = at::empty({used, out.size(1)}, out.options());
       for (size_t k = i; k < j; ++k) logits[chunked[k]].copy_(out[chunked[k] - first]);
     }
     i = j;

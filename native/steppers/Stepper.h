@@ -21,8 +21,9 @@ class Stepper {
   virtual ~Stepper() = default;
   // Allocates a zeroed cache for `batch` rows.
   virtual void Begin(int64_t batch) = 0;
-  // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [B,V] after each
-  // row's last fed token, on the model's device (rows fed nothing hold anything).
+  // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [R,V] after each
+  // row's last fed token, on the model's device, for R >= 1 + the last row fed (R <= B; rows
+  // fed nothing hold anything).
   virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
   // True when any slot can start a new row at any step and idle slots cost nothing (rows at
   // different positions, lengths 0 for idle slots): the Scheduler then batches continuously.
