@@ -87,8 +87,8 @@ try {
   torchError = err.message;
 }
 
-// node-gyp writes Makefiles; cmake-js drives Ninja when it is on PATH (as on many GPU images,
-// which have it beside CMake and no make), else Makefiles.
+// node-gyp writes Makefiles; cmake-js drives Ninja when it is on PATH (pip's cmake and ninja
+// often come together, as on the GPU host gpu-check.sh ran on), else Makefiles.
 const missing = (useGyp ? ["make"] : ["cmake", have("ninja") ? null : "make"]).filter((tool) => tool && !have(tool));
 if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
 if (missing.length > 0) {
