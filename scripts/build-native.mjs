@@ -89,7 +89,7 @@ try {
 
 // node-gyp writes Makefiles; cmake-js drives Ninja when it is on PATH (pip's cmake and ninja
 // often come together, as on the GPU host gpu-check.sh ran on), else Makefiles.
-const missing = (useGyp ? ["make"] : ["cmake", have("ninja") ? null : "make"]).filter((tool) => tool && !have(tool));
+const missing = (useGyp ? ["make"] : [have("ninja") ? null : "make", "cmake"]).filter((tool) => tool && !have(tool));
 if (!have("c++") && !have("g++")) missing.push("a C++ compiler (g++)");
 if (missing.length > 0) {
   // Say everything that is missing at once, libtorch included, so one install fixes it all.

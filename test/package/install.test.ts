@@ -246,6 +246,18 @@ describe("installed as a dependency (npm pack, then npm install --offline in a f
       expect(result.stderr).not.to.include("scripts/setup.sh");
     });
 
+    it("Ninja stands in for make (cmake-js drives it): not named missing beside cmake and a compiler", () => {
+      const copy = freshCopy("torchserve-node-ninja");
+      const bin = join(work, "node-and-ninja");
+      mkdirSync(bin);
+      symlinkSync(process.execPath, join(bin, "node"));
+      symlinkSync("/bin/sh", join(bin, "sh")); // build-native.mjs asks `sh -c "command -v TOOL"`
+      writeFileSync(join(bin, "ninja"), "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+      const result = run(process.execPath, ["scripts/build-native.mjs"], copy, { ...process.env, PATH: bin });
+      expect(result.status).to.equal(1);
+      expect(result.stderr).to.match(/Missing: cmake, a C\+\+ compiler/);
+    });
+
     it("no libtorch where LIBTORCH points: the numbered ways to provide one", () => {
       const copy = freshCopy("torchserve-node-no-torch");
       const result = run(process.execPath, ["scripts/build-native.mjs"], copy, { ...process.env, LIBTORCH: join(work, "no-libtorch-here") });
