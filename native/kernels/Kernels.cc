@@ -7,11 +7,11 @@
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <new>
-#include <thread>
 #include <utility>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "common/Parallel.h"
 #include "kernels/QuantKernels.h"
 #include "kernels/ThreadTeam.h"
 
@@ -192,26 +192,6 @@ float SourceValue(const void* weight, WeightType source, size_t at) {
   }
 }
 
-// Runs fn(begin, end) over [0, count) in contiguous ranges, on several threads when the work
-// is `bytes` of fresh memory or more: packing a large matrix is page faults and copying, which
-// scale with cores (a 1B bf16 checkpoint's 2.47 GB took 0.56-1.16 s to pack on one thread).
-template <typename Fn>
-void SplitAcrossThreads(int count, size_t bytes, Fn&& fn) {
-  constexpr size_t kBytesPerThread = size_t{8} << 20;
-  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = std::clamp<int>(static_cast<int>(bytes / kBytesPerThread), 1, std::min({8, hardware, count}));
-  if (threads <= 1) {
-    fn(0, count);
-    return;
-  }
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back([&fn, t, threads, count] { fn(count * t / threads, count * (t + 1) / threads); });
-  }
-  fn(0, count / threads);
-  for (auto& helper : helpers) helper.join();
-}
-
 }  // namespace
 
 PackedLinear::PackedLinear(const void* weight, WeightType source, const float* bias, int n, int k, WeightType type)
@@ -245,8 +225,8 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
   if (type == WeightType::F32) {
     packed_.Resize(count, true);
     std::memset(packed_.get() + lastPanel, 0, sizeof(float) * (count - lastPanel));
-    SplitAcrossThreads(panels_, count * sizeof(float), [&](int firstPanel, int endPanel) {
-      for (int col = firstPanel * 16; col < std::min(n, endPanel * 16); ++col) {
+    SplitAcrossThreads(panels_, count * sizeof(float), [&](int64_t firstPanel, int64_t endPanel) {
+      for (int col = static_cast<int>(firstPanel) * 16; col < std::min<int64_t>(n, endPanel * 16); ++col) {
         float* panel = packed_.get() + static_cast<size_t>(col / 16) * k * 16 + col % 16;
         for (int kk = 0; kk < k; ++kk) panel[kk * 16] = SourceValue(columnSource[col], source, kk);
       }
@@ -257,8 +237,8 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
   std::memset(halves_.get() + lastPanel, 0, sizeof(uint16_t) * (count - lastPanel));
   // Panel by panel, writing each in order while reading its 16 rows side by side; ranges of
   // panels on several threads for a large matrix.
-  SplitAcrossThreads(panels_, count * sizeof(uint16_t), [&](int firstPanel, int endPanel) {
-    for (int p = firstPanel; p < endPanel; ++p) {
+  SplitAcrossThreads(panels_, count * sizeof(uint16_t), [&](int64_t firstPanel, int64_t endPanel) {
+    for (int p = static_cast<int>(firstPanel); p < endPanel; ++p) {
       uint16_t* panel = halves_.get() + static_cast<size_t>(p) * k * 16;
       const int columns = std::min(16, n - p * 16);
       for (int c = 0; c < columns; ++c) {
