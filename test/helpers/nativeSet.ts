@@ -32,8 +32,9 @@ let made: Record<string, ReferenceCheckpoint> | undefined;
 
 /**
  * The set, by variant name (made on first call; removed when the process exits). TEST_NATIVE_SET
- * names a folder where `make_hf_fixture.py DIR --native-set` already made it, for a host whose
- * Python cannot (scripts/gpu-check.sh carries one to a GPU host, whose torch is another version).
+ * names a folder where `make_hf_fixture.py DIR --native-set` already made it: scripts/gpu-check.sh
+ * sets it, to a set the host's own Python made or to one made elsewhere and copied there (for a
+ * host whose /usr/bin/python3 has no torch, as on GPU images).
  */
 export function nativeFixtureSet(): Record<string, ReferenceCheckpoint> {
   if (made) return made;
