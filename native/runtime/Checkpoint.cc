@@ -156,8 +156,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
     if (loaded.device.is_cpu()) {
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
-      const int threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
-      if (!reader->FillDeferred(threads)) {
+      if (!reader->FillDeferred(static_cast<int>(LoadThreads()))) {
         throw CodedError(ErrorCode::kCheckpointInvalid,
                          "Checkpoint " + path + " ended before its last weight record (truncated while loading?)");
       }
