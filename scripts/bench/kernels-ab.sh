@@ -51,6 +51,7 @@ if [ $# -gt 0 ]; then families=("$@"); else
 fi
 # KERNEL_SHAPES: "N K TYPE COPIES;..." instead of the float shapes below (TYPE 3-5: Q8_0, Q4_K,
 # Q6_K; see kernels/ab.cc), e.g. "8192 2048 4 2;2048 8192 4 2;2048 8192 5 2".
+# AB_ROWS: only these row counts, e.g. AB_ROWS=1,4 (default 1, 2, 3, 4, 6, 8, 16, 32, 64, 500).
 IFS=';' read -ra shapes <<< "${KERNEL_SHAPES:-768 256 0 16;3072 768 0 4;3072 768 1 4;8192 2048 1 2;2048 8192 2 2}"
 for family in "${families[@]}"; do
   for shape in "${shapes[@]}"; do

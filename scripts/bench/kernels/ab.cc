@@ -75,7 +75,22 @@ int main(int argc, char** argv) {
   for (auto& v : x) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::printf("%s, %d x %d, type %d, %d copies: GFLOP/s base / head (head / base), best of 5 alternating rounds each\n",
               sets[1]->name, n, k, type, copies);
-  for (int rows : {1, 2, 3, 4, 6, 8, 16, 32, 64, 500}) {
+  // AB_ROWS="1,4": only those row counts (default: all ten).
+  std::vector<int> rowCounts = {1, 2, 3, 4, 6, 8, 16, 32, 64, 500};
+  if (const char* only = std::getenv("AB_ROWS"); only && *only) {
+    rowCounts.clear();
+    for (const char* at = only; *at;) {
+      char* end;
+      const long value = std::strtol(at, &end, 10);
+      if (end == at || value < 1 || value > 500) {
+        std::fprintf(stderr, "AB_ROWS: row counts of 1 to 500, comma-separated\n");
+        return 2;
+      }
+      rowCounts.push_back(static_cast<int>(value));
+      at = *end == ',' ? end + 1 : end;
+    }
+  }
+  for (int rows : rowCounts) {
     const double flops = 2.0 * rows * n * k;
     const int reps = std::clamp(static_cast<int>(3e8 / flops), 3, 500);
     double best[2] = {1e30, 1e30};
