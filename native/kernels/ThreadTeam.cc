@@ -43,14 +43,15 @@ ThreadTeam::~ThreadTeam() {
 void ThreadTeam::Run(const std::function<void(int)>& fn, int phases, int members) {
   if (phases > phaseCapacity_) {
     phases_.reset(new Counters[phases]);
+    ranges_.reset(new Range[static_cast<size_t>(phases) * size_]);
     phaseCapacity_ = phases;
   }
+  members_ = std::clamp(members, 1, size_);
   for (int p = 0; p < phases; ++p) {
-    phases_[p].claimed.store(0, std::memory_order_relaxed);
     phases_[p].done.store(0, std::memory_order_relaxed);
+    for (int m = 0; m < members_; ++m) ranges_[static_cast<size_t>(p) * size_ + m].taken.store(0, std::memory_order_relaxed);
   }
   std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
-  members_ = std::clamp(members, 1, size_);
   if (members_ == 1) {
     fn(0);
     return;
@@ -72,22 +73,51 @@ namespace {
 std::atomic<uint64_t> nextTicket{1};
 thread_local uint64_t currentTicket = 0;
 thread_local int currentMembers = 1;
+thread_local bool currentInOrder = true;
 
 }  // namespace
 
 uint64_t PhaseTicket() { return currentTicket; }
 int PhaseMembers() { return currentMembers; }
+bool PhaseInOrder() { return currentInOrder; }
+
+int ThreadTeam::Claim(int p, int owner, int chunks, bool front) {
+  // Member m's range: chunks [m * chunks / members, (m + 1) * chunks / members).
+  const int first = static_cast<int>(static_cast<int64_t>(owner) * chunks / members_);
+  const int size = static_cast<int>(static_cast<int64_t>(owner + 1) * chunks / members_) - first;
+  std::atomic<uint64_t>& taken = ranges_[static_cast<size_t>(p) * size_ + owner].taken;
+  uint64_t seen = taken.load(std::memory_order_relaxed);
+  for (;;) {
+    const int fromFront = static_cast<int>(seen & 0xffffffffu), fromBack = static_cast<int>(seen >> 32);
+    if (fromFront + fromBack >= size) return -1;
+    const uint64_t next = front ? seen + 1 : seen + (uint64_t{1} << 32);
+    if (taken.compare_exchange_weak(seen, next, std::memory_order_relaxed)) {
+      return front ? first + fromFront : first + size - 1 - fromBack;
+    }
+  }
+}
 
 void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& work) {
-  Counters& phase = phases_[phaseOf_[member]++];
+  const int p = phaseOf_[member]++;
+  Counters& phase = phases_[p];
   currentTicket = nextTicket.fetch_add(1, std::memory_order_relaxed);
   currentMembers = members_;
-  for (int chunk; (chunk = phase.claimed.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+  // Its own range from the front, then what is left of the others' from their backs.
+  for (int chunk; (chunk = Claim(p, member, chunks, true)) >= 0;) {
     work(chunk);
     phase.done.fetch_add(1, std::memory_order_release);
   }
+  currentInOrder = false;
+  for (int i = 1; i < members_; ++i) {
+    const int owner = (member + i) % members_;
+    for (int chunk; (chunk = Claim(p, owner, chunks, false)) >= 0;) {
+      work(chunk);
+      phase.done.fetch_add(1, std::memory_order_release);
+    }
+  }
   currentTicket = 0;
   currentMembers = 1;
+  currentInOrder = true;
   if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }
 

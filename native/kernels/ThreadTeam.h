@@ -22,9 +22,13 @@ namespace tsn {
 // earlier phase, or before the member's first chunk), so a kernel may keep per-thread work
 // on them (the quantized activations) for the rest of the phase by this ticket alone.
 uint64_t PhaseTicket();
-// The members sharing the current phase's chunks (1 outside a phase): a kernel may prefetch
-// past its own chunk only where no other member takes the next one.
+// The members sharing the current phase's chunks (1 outside a phase).
 int PhaseMembers();
+// Whether the calling thread's next chunk, if it takes one, is the one after its current chunk
+// (true outside a phase): a kernel may then prefetch past the end of its chunk. Each member
+// takes a contiguous range of a phase's chunks in order, so this holds until the member has
+// worked through its own range and helps with another's (see ThreadTeam::Phase).
+bool PhaseInOrder();
 
 class ThreadTeam {
  public:
@@ -43,16 +47,27 @@ class ThreadTeam {
 
   // Inside Run, called by every member for the same phases in the same order: runs each of
   // work(0) .. work(chunks - 1) once on whichever member claims it, and returns when all of
-  // them are done (their writes are then visible to every member).
+  // them are done (their writes are then visible to every member). The chunks are cut into one
+  // contiguous range per member; a member claims its own range's chunks from the front, in
+  // order, then the others' from their backs, so a member held up leaves its last chunks to
+  // the rest, and one that is not keeps walking its range (its weights' rows ahead of it are
+  // its own: PhaseInOrder).
   void Phase(int member, int chunks, const std::function<void(int)>& work);
 
  private:
   void Work(int member);
 
   struct alignas(64) Counters {
-    std::atomic<int> claimed{0};
     std::atomic<int> done{0};
   };
+  // A member's range of a phase's chunks: how many were taken from its front (low 32 bits, by
+  // the member) and from its back (high 32 bits, by the others), one atomic word so the two
+  // never take the same chunk.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> taken{0};
+  };
+  // Claims the front (own) or back chunk of `owner`'s range of phase `p`; -1 when none is left.
+  int Claim(int p, int owner, int chunks, bool front);
 
   const int size_;
   std::vector<std::thread> workers_;
@@ -67,6 +82,7 @@ class ThreadTeam {
 
   // Set up by Run before the members start; a member's own entry of phaseOf_ is its alone.
   std::unique_ptr<Counters[]> phases_;
+  std::unique_ptr<Range[]> ranges_;  // phase p, member m at p * size_ + m
   int phaseCapacity_ = 0;
   std::vector<int> phaseOf_;
 };
