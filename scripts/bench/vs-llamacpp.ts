@@ -38,6 +38,7 @@ import { loadAddon } from "../../src/native/binding.js";
 import { kernelFamiliesToTime } from "./lib/args.js";
 import { importNodeLlamaCpp, llamaCppCpuBuilds, matchingLlamaCppBuild } from "./lib/llamaCppBuild.js";
 import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
+import { readBandwidth, weightBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
 import { repoRoot } from "./lib/paths.js";
 import { writeResults } from "./lib/results.js";
@@ -91,18 +92,6 @@ const files = JSON.parse(
 ) as Record<string, Files>;
 /** A 1B model decodes a few tokens a second on a CPU: fewer tokens and repeats keep its rows to minutes. */
 const isLarge = (name: string) => name === "llama-1b";
-
-/** Streaming-read bandwidth (bytes/s): the best of 5 sums of a 1 GiB float32 tensor. */
-function bandwidth(threads: number): number {
-  const code = `import time, torch
-torch.set_num_threads(${threads})
-x = torch.ones(1 << 28)
-best = 1e9
-for _ in range(6):
-    t = time.perf_counter(); x.sum().item(); best = min(best, time.perf_counter() - t)
-print(x.numel() * 4 / best)`;
-  return Number(execFileSync(python, ["-c", code], { encoding: "utf8", env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" } }));
-}
 
 const prompt = (length: number, offset = 0): number[] => Array.from({ length }, (_, i) => 300 + ((i * 7 + offset) % 200));
 
@@ -276,17 +265,8 @@ async function llamaCpp(model: LlamaModel, threads: number, plan: Plan): Promise
   }
 }
 
-/** Bytes of weights a batch-1 decode step streams (every matrix once; embeddings are a gather). */
-function weightBytes(config: Record<string, number>, bytesPerWeight: number): number {
-  const { n_layer: L, n_embd: d, vocab_size: V } = config as Record<string, number>;
-  if (config.n_kv_head === undefined) return bytesPerWeight * (L! * 12 * d! * d! + V! * d!);
-  const hd = d! / config.n_head!;
-  const perLayer = d! * (config.n_head! + 2 * config.n_kv_head) * hd + config.n_head! * hd * d! + 3 * d! * config.intermediate_size!;
-  return bytesPerWeight * (L! * perLayer + V! * d!);
-}
-
 const machine = machineFacts();
-const bandwidths = Object.fromEntries(threadCounts.map((t) => [t, bandwidth(t)])) as Record<number, number>;
+const bandwidths = Object.fromEntries(threadCounts.map((t) => [t, readBandwidth(t)])) as Record<number, number>;
 const llamaCppBuild = args["llamacpp-cpu"] === "match" ? matchingLlamaCppBuild(families) : args["llamacpp-cpu"] === "best" ? undefined : args["llamacpp-cpu"];
 const { module: nodeLlamaCpp, cleanup: cleanupLlamaCpp } = await importNodeLlamaCpp(llamaCppBuild);
 const { getLlama, LlamaLogLevel } = nodeLlamaCpp;

@@ -1,0 +1,135 @@
+/**
+ * Two or more builds of the addon on one checkpoint, alternating round by round, each in a
+ * fresh process (TORCHSERVE_ADDON), so a shared, noisy machine slows them alike: the native
+ * runtime's decode rate at one batch size, with the streaming-read bandwidth measured before
+ * and after (the fraction of it a batch-1 step uses is what the bandwidth targets count).
+ *
+ *   node dist/scripts/bench/addon-ab.js --addons OLD.node,NEW.node --ckpt M.pt [--kernels avx2]
+ *        [--threads 2] [--batch 1] [--tokens 32] [--reps 5] [--rounds 3]
+ *
+ * Each process loads the checkpoint (native runtime, the kernels named), decodes `reps` times
+ * 1 and 1 + tokens greedy tokens per row with end-of-sequence off, and reports the best step
+ * rate; the table prints every round and each build against the first.
+ */
+import { execFileSync, fork } from "node:child_process";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { loadAddon } from "../../src/native/binding.js";
+import type { KernelFamily } from "../../src/native/types.js";
+import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
+import { readBandwidth, weightBytesPerToken } from "./lib/bandwidth.js";
+import { machineFacts } from "./lib/machine.js";
+
+const usage = `usage: node dist/scripts/bench/addon-ab.js --addons A.node,B.node --ckpt M.pt [options]
+  --addons LIST   addon builds (.node files), comma-separated; the first is the baseline
+  --ckpt PATH     checkpoint
+  --kernels NAME  native kernel family (default avx2)
+  --threads N     compute threads (default 1)
+  --batch N       decode rows (default 1)
+  --tokens N      tokens timed per row (default 32)
+  --reps N        timings per process, the best kept (default 5)
+  --rounds N      rounds, each build once per round (default 3)`;
+
+const flags = parseFlags(process.argv.slice(2), usage, ["addons", "ckpt", "kernels", "threads", "batch", "tokens", "reps", "rounds", "child"]);
+const ckpt = stringFlag(flags, "ckpt", "");
+const kernels = stringFlag(flags, "kernels", "avx2") as KernelFamily;
+const threads = numberFlag(flags, "threads", 1);
+const batch = numberFlag(flags, "batch", 1);
+const tokens = numberFlag(flags, "tokens", 32);
+const reps = numberFlag(flags, "reps", 5);
+
+interface Report {
+  tokensPerSecond: number;
+  config: Record<string, unknown>;
+}
+
+async function child(): Promise<Report> {
+  const model = await loadAddon().loadLanguageModel(ckpt, { device: "cpu", threads, extraFiles: ["config.json"] });
+  try {
+    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+    const chosen = await model.configure({
+      contextLength: Number(config.block_size), eosTokenIds: [], prefixCache: false, runtime: "native", kernels,
+      architecture: String(config.architecture), dtype: config.dtype as "float32" | "bfloat16", modelConfig: config,
+    });
+    if (chosen.runtime !== "native" || chosen.kernels !== kernels) throw new Error(`got ${chosen.runtime} (${chosen.kernels}): ${chosen.note}`);
+    const run = async (n: number): Promise<number> => {
+      const rows = Array.from({ length: batch }, (_, r) => ({
+        tokens: Int32Array.from({ length: 16 }, (_, i) => 300 + ((i * 7 + r) % 200)),
+        maxNewTokens: n,
+        sampling: { temperature: 0, topK: 0, seed: -1 },
+      }));
+      const start = performance.now();
+      await model.generate(rows, null).result;
+      return (performance.now() - start) / 1000;
+    };
+    await run(4);
+    let best = 0;
+    for (let i = 0; i < reps; i++) {
+      const one = await run(1);
+      const many = await run(1 + tokens);
+      best = Math.max(best, (batch * tokens) / (many - one));
+    }
+    return { tokensPerSecond: best, config };
+  } finally {
+    await model.dispose();
+  }
+}
+
+function inChild(addon: string): Promise<Report> {
+  return new Promise((done, fail) => {
+    const argv = process.argv.slice(2).filter((arg) => arg !== "--child");
+    const worker = fork(fileURLToPath(import.meta.url), [...argv, "--child"], { env: { ...process.env, TORCHSERVE_ADDON: addon }, stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    let report: Report | undefined;
+    worker.on("message", (message) => (report = message as Report));
+    worker.on("error", fail);
+    worker.on("exit", (code) => (report && code === 0 ? done(report) : fail(new Error(`${addon}: exited ${code}`))));
+  });
+}
+
+if (flags.has("child")) {
+  child().then(
+    (report) => process.send!(report, () => process.exit(0)),
+    (error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+} else {
+  const addons = stringFlag(flags, "addons", "").split(",").filter(Boolean).map((path) => resolve(path));
+  if (!ckpt || addons.length === 0) {
+    console.error(usage);
+    process.exit(2);
+  }
+  for (const addon of [...addons, ckpt]) {
+    if (!existsSync(addon)) {
+      console.error(`${addon}: no such file`);
+      process.exit(2);
+    }
+  }
+  const rounds = numberFlag(flags, "rounds", 3);
+  const facts = machineFacts();
+  const before = readBandwidth(threads);
+  const rates: number[][] = addons.map(() => []);
+  let config: Record<string, unknown> = {};
+  for (let round = 0; round < rounds; round++) {
+    for (const [i, addon] of addons.entries()) {
+      const report = await inChild(addon);
+      rates[i]!.push(report.tokensPerSecond);
+      config = report.config;
+    }
+  }
+  const after = readBandwidth(threads);
+  const bytes = weightBytesPerToken(config);
+  console.log(`${facts.cpu}, ${facts.cores} cores; ${ckpt}, ${kernels}, ${threads} thread(s), batch ${batch}, ${tokens} tokens x ${reps}, best per round`);
+  console.log(`read bandwidth (${threads} thread(s)): ${(before / 1e9).toFixed(1)} GB/s before, ${(after / 1e9).toFixed(1)} after; weights a step streams: ${(bytes / 1e9).toFixed(3)} GB`);
+  for (const [i, addon] of addons.entries()) {
+    const cells = rates[i]!.map((rate, round) => {
+      const share = batch === 1 ? `, ${Math.round(((rate * bytes) / Math.max(before, after)) * 100)}%` : "";
+      return i === 0 ? `${rate.toFixed(1)}${share}` : `${rate.toFixed(1)}${share} (${(rate / rates[0]![round]!).toFixed(2)}x)`;
+    });
+    console.log(`${addon}: tok/s ${cells.join(" | ")}`);
+  }
+  if (batch === 1) console.log("(% of the higher of the two bandwidth readings)");
+}

@@ -1,0 +1,36 @@
+/** What a batch-1 decode step can read: the machine's streaming bandwidth and a model's weight bytes. */
+import { execFileSync } from "node:child_process";
+
+/** Streaming-read bandwidth (bytes/s) on `threads` threads: the best of 6 sums of a 1 GiB float32 tensor. */
+export function readBandwidth(threads: number): number {
+  const code = `import time, torch
+torch.set_num_threads(${threads})
+x = torch.ones(1 << 28)
+best = 1e9
+for _ in range(6):
+    t = time.perf_counter(); x.sum().item(); best = min(best, time.perf_counter() - t)
+print(x.numel() * 4 / best)`;
+  return Number(execFileSync("/usr/bin/python3", ["-c", code], { encoding: "utf8", env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" } }));
+}
+
+/** Bytes of weights a batch-1 decode step streams (every matrix once; embeddings are a gather). */
+export function weightBytes(config: Record<string, unknown>, bytesPerWeight: number): number {
+  const { n_layer: L, n_embd: d, vocab_size: V } = config as Record<string, number>;
+  if (config.n_kv_head === undefined) return bytesPerWeight * (L! * 12 * d! * d! + V! * d!);
+  const c = config as Record<string, number>;
+  const hd = d! / c.n_head!;
+  const perLayer = d! * (c.n_head! + 2 * c.n_kv_head!) * hd + c.n_head! * hd * d! + 3 * d! * c.intermediate_size!;
+  return bytesPerWeight * (L! * perLayer + V! * d!);
+}
+
+/** Bytes per weight of a checkpoint's config.json: its quantization (Q8_0 34 per 32; Q4_K_M about
+ * 4.85 bits, llama.cpp's figure for the mix), else its dtype. */
+export function bytesPerWeight(config: Record<string, unknown>): number {
+  if (config.quantization === "q8_0") return 34 / 32;
+  if (config.quantization === "q4_k_m") return 4.85 / 8;
+  return config.dtype === "float32" || config.dtype === undefined ? 4 : 2;
+}
+
+export function weightBytesPerToken(config: Record<string, unknown>): number {
+  return weightBytes(config, bytesPerWeight(config));
+}
