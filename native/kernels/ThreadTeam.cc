@@ -72,13 +72,11 @@ namespace {
 
 std::atomic<uint64_t> nextTicket{1};
 thread_local uint64_t currentTicket = 0;
-thread_local int currentMembers = 1;
 thread_local bool currentInOrder = true;
 
 }  // namespace
 
 uint64_t PhaseTicket() { return currentTicket; }
-int PhaseMembers() { return currentMembers; }
 bool PhaseInOrder() { return currentInOrder; }
 
 int ThreadTeam::Claim(int p, int owner, int chunks, bool front) {
@@ -101,7 +99,6 @@ void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& w
   const int p = phaseOf_[member]++;
   Counters& phase = phases_[p];
   currentTicket = nextTicket.fetch_add(1, std::memory_order_relaxed);
-  currentMembers = members_;
   // Its own range from the front, then what is left of the others' from their backs.
   for (int chunk; (chunk = Claim(p, member, chunks, true)) >= 0;) {
     work(chunk);
@@ -116,7 +113,6 @@ void ThreadTeam::Phase(int member, int chunks, const std::function<void(int)>& w
     }
   }
   currentTicket = 0;
-  currentMembers = 1;
   currentInOrder = true;
   if (members_ > 1) WaitUntil([&] { return phase.done.load(std::memory_order_acquire) >= chunks; });
 }

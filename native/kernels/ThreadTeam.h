@@ -22,12 +22,11 @@ namespace tsn {
 // earlier phase, or before the member's first chunk), so a kernel may keep per-thread work
 // on them (the quantized activations) for the rest of the phase by this ticket alone.
 uint64_t PhaseTicket();
-// The members sharing the current phase's chunks (1 outside a phase).
-int PhaseMembers();
-// Whether the calling thread's next chunk, if it takes one, is the one after its current chunk
-// (true outside a phase): a kernel may then prefetch past the end of its chunk. Each member
-// takes a contiguous range of a phase's chunks in order, so this holds until the member has
-// worked through its own range and helps with another's (see ThreadTeam::Phase).
+// Whether the calling thread is walking its chunks in order (true outside a phase): a kernel
+// may then prefetch past the end of its chunk, into the next one it takes. Each member takes
+// a contiguous range of a phase's chunks in order, so this holds until the member has worked
+// through its own range and helps with another's (see ThreadTeam::Phase); past the last chunk
+// of its range the rows asked for are the next member's, fetched for nothing but harmless.
 bool PhaseInOrder();
 
 class ThreadTeam {
