@@ -11,16 +11,16 @@
  * 1 and 1 + tokens greedy tokens per row with end-of-sequence off, and reports the best step
  * rate; the table prints every round and each build against the first.
  */
-import { execFileSync, fork } from "node:child_process";
+import { fork } from "node:child_process";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { loadAddon } from "../../src/native/binding.js";
 import type { KernelFamily } from "../../src/native/types.js";
 import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
 import { readBandwidth, weightBytesPerToken } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
+import { loadNativeForTiming } from "./lib/nativeModel.js";
 
 const usage = `usage: node dist/scripts/bench/addon-ab.js --addons A.node,B.node --ckpt M.pt [options]
   --addons LIST   addon builds (.node files), comma-separated; the first is the baseline
@@ -46,14 +46,8 @@ interface Report {
 }
 
 async function child(): Promise<Report> {
-  const model = await loadAddon().loadLanguageModel(ckpt, { device: "cpu", threads, extraFiles: ["config.json"] });
+  const { model, config } = await loadNativeForTiming(ckpt, threads, kernels);
   try {
-    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
-    const chosen = await model.configure({
-      contextLength: Number(config.block_size), eosTokenIds: [], prefixCache: false, runtime: "native", kernels,
-      architecture: String(config.architecture), dtype: config.dtype as "float32" | "bfloat16", modelConfig: config,
-    });
-    if (chosen.runtime !== "native" || chosen.kernels !== kernels) throw new Error(`got ${chosen.runtime} (${chosen.kernels}): ${chosen.note}`);
     const run = async (n: number): Promise<number> => {
       const rows = Array.from({ length: batch }, (_, r) => ({
         tokens: Int32Array.from({ length: 16 }, (_, i) => 300 + ((i * 7 + r) % 200)),

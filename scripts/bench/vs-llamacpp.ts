@@ -37,9 +37,10 @@ import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node
 import { loadAddon } from "../../src/native/binding.js";
 import { kernelFamiliesToTime } from "./lib/args.js";
 import { importNodeLlamaCpp, llamaCppCpuBuilds, matchingLlamaCppBuild } from "./lib/llamaCppBuild.js";
-import type { KernelFamily, RawLanguageModel } from "../../src/native/types.js";
-import { readBandwidth, weightBytes } from "./lib/bandwidth.js";
+import type { KernelFamily } from "../../src/native/types.js";
+import { BYTES_PER_WEIGHT, readBandwidth, weightBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
+import { loadNativeForTiming } from "./lib/nativeModel.js";
 import { repoRoot } from "./lib/paths.js";
 import { writeResults } from "./lib/results.js";
 
@@ -139,21 +140,10 @@ async function decodeSteps(
 }
 
 async function ours(path: string, threads: number, kernels: KernelFamily, plan: Plan): Promise<Arm> {
-  const model: RawLanguageModel = await loadAddon().loadLanguageModel(path, { device: "cpu", threads, extraFiles: ["config.json"] });
+  // End-of-sequence off and no prefix cache: the repeated timing runs compute their prompts and
+  // every token, as llama.cpp's do.
+  const { model } = await loadNativeForTiming(path, threads, kernels);
   try {
-    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
-    const chosen = await model.configure({
-      contextLength: Number(config.block_size),
-      eosTokenIds: [],
-      prefixCache: false, // the repeated timing runs compute their prompts, as llama.cpp's do
-      runtime: "native",
-      kernels,
-      architecture: String(config.architecture),
-      dtype: config.dtype as "float32" | "bfloat16",
-      modelConfig: config,
-    });
-    if (chosen.runtime !== "native") throw new Error(`native runtime refused: ${chosen.note}`);
-    if (chosen.kernels !== kernels) throw new Error(`asked for the ${kernels} kernels, got ${chosen.kernels}`);
     const run = async (batch: number, length: number, tokens: number): Promise<[number, number[]]> => {
       const rows = Array.from({ length: batch }, (_, r) => ({
         tokens: Int32Array.from(prompt(length, r)), maxNewTokens: tokens, sampling: { temperature: 0, topK: 0, seed: -1 },
@@ -284,12 +274,11 @@ for (const name of args.models!.split(",")) {
   const configText = execFileSync(python, ["-c", `import json,torch
 f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["config.json"]; print(c.decode() if isinstance(c, bytes) else c)`], { encoding: "utf8" });
   const config = JSON.parse(configText) as Record<string, number>;
-  // Bytes per weight: Q8_0 34 per 32; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix).
   const pairs = [
-    ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], 4],
-    ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], 2],
-    ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], 34 / 32],
-    ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], 4.85 / 8],
+    ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], BYTES_PER_WEIGHT.float32],
+    ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], BYTES_PER_WEIGHT.bfloat16],
+    ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], BYTES_PER_WEIGHT.q8_0],
+    ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], BYTES_PER_WEIGHT.q4_k_m],
   ] as const;
   for (const [precision, ourFile, theirFile, bytesPerWeight] of pairs) {
     if (!ourFile || !theirFile) continue;

@@ -23,12 +23,13 @@ export function weightBytes(config: Record<string, unknown>, bytesPerWeight: num
   return bytesPerWeight * (L! * perLayer + V! * d!);
 }
 
-/** Bytes per weight of a checkpoint's config.json: its quantization (Q8_0 34 per 32; Q4_K_M about
- * 4.85 bits, llama.cpp's figure for the mix), else its dtype. */
+/** Bytes per weight of each storage: Q8_0 34 per 32; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix). */
+export const BYTES_PER_WEIGHT = { float32: 4, bfloat16: 2, float16: 2, q8_0: 34 / 32, q4_k_m: 4.85 / 8 } as const;
+
+/** Bytes per weight of a checkpoint's config.json: its quantization, else its dtype. */
 export function bytesPerWeight(config: Record<string, unknown>): number {
-  if (config.quantization === "q8_0") return 34 / 32;
-  if (config.quantization === "q4_k_m") return 4.85 / 8;
-  return config.dtype === "float32" || config.dtype === undefined ? 4 : 2;
+  if (config.quantization === "q8_0" || config.quantization === "q4_k_m") return BYTES_PER_WEIGHT[config.quantization];
+  return config.dtype === "float32" || config.dtype === undefined ? BYTES_PER_WEIGHT.float32 : BYTES_PER_WEIGHT.bfloat16;
 }
 
 export function weightBytesPerToken(config: Record<string, unknown>): number {
