@@ -48,9 +48,10 @@ interface Report {
 async function child(): Promise<Report> {
   const { model, config } = await loadNativeForTiming(ckpt, threads, kernels);
   try {
+    const vocabulary = Number(config.vocab_size);  // the demo model's is 259
     const run = async (n: number): Promise<number> => {
       const rows = Array.from({ length: batch }, (_, r) => ({
-        tokens: Int32Array.from({ length: 16 }, (_, i) => 300 + ((i * 7 + r) % 200)),
+        tokens: Int32Array.from({ length: 16 }, (_, i) => (300 + ((i * 7 + r) % 200)) % vocabulary),
         maxNewTokens: n,
         sampling: { temperature: 0, topK: 0, seed: -1 },
       }));
