@@ -73,8 +73,6 @@ int main(int argc, char** argv) {
   }
   std::vector<float> x(static_cast<size_t>(500) * k), y(static_cast<size_t>(500) * n);
   for (auto& v : x) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
-  std::printf("%s, %d x %d, type %d, %d copies: GFLOP/s base / head (head / base), best of 5 alternating rounds each\n",
-              sets[1]->name, n, k, type, copies);
   // AB_ROWS="1,4": only those row counts (default: all ten).
   std::vector<int> rowCounts = {1, 2, 3, 4, 6, 8, 16, 32, 64, 500};
   if (const char* only = std::getenv("AB_ROWS"); only && *only) {
@@ -90,6 +88,8 @@ int main(int argc, char** argv) {
       at = *end == ',' ? end + 1 : end;
     }
   }
+  std::printf("%s, %d x %d, type %d, %d copies: GFLOP/s base / head (head / base), best of 5 alternating rounds each\n",
+              sets[1]->name, n, k, type, copies);
   for (int rows : rowCounts) {
     const double flops = 2.0 * rows * n * k;
     const int reps = std::clamp(static_cast<int>(3e8 / flops), 3, 500);
