@@ -17,7 +17,8 @@
 
 namespace tsn {
 
-// A number unique to the team phase the calling thread is working in, 0 outside any Phase.
+// A number unique among the team phases the calling thread has worked in, for the one it is
+// working in now; 0 outside any Phase.
 // The inputs a phase's chunks share stay constant within it (the steppers write them in an
 // earlier phase, or before the member's first chunk), so a kernel may keep per-thread work
 // on them (the quantized activations) for the rest of the phase by this ticket alone.
@@ -65,8 +66,9 @@ class ThreadTeam {
   struct alignas(64) Range {
     std::atomic<uint64_t> taken{0};
   };
-  // Claims the front (own) or back chunk of `owner`'s range of phase `p`; -1 when none is left.
-  int Claim(int p, int owner, int chunks, bool front);
+  // Claims the front (own) or back chunk of `owner`'s range of phase `p` (chunks [first,
+  // first + size)); -1 when none is left.
+  int Claim(int p, int owner, int first, int size, bool front);
 
   const int size_;
   std::vector<std::thread> workers_;
