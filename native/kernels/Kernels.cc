@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <new>
