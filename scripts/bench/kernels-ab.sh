@@ -6,6 +6,7 @@
 #   bash scripts/bench/kernels-ab.sh BASE_REV [FAMILY ...]
 #
 # Example: bash scripts/bench/kernels-ab.sh HEAD~3 avx2
+#          ATTEND_SHAPES="1000 3 1;1000 3 64" bash scripts/bench/kernels-ab.sh HEAD~1
 #          KERNEL_SHAPES="8192 2048 4 2;2048 8192 5 2" bash scripts/bench/kernels-ab.sh HEAD avx2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +16,10 @@ shift
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 napi="-Inode_modules/node-addon-api -Inode_modules/node-api-headers/include"
-flags="-O3 -std=c++17 -fPIC -ffp-contract=fast -Wno-psabi"
+# -fno-gnu-unique: a template's function-local static (attention's table of block kernels) is
+# otherwise one object for the whole process, whichever library loaded first: both sides
+# would attend with the base's kernels.
+flags="-O3 -std=c++17 -fPIC -ffp-contract=fast -Wno-psabi -fno-gnu-unique"
 
 mkdir -p "$work/base"
 git archive "$base" native | tar -x -C "$work/base"
@@ -41,6 +45,8 @@ build "$work/base" "$work/base.so"
 build "$PWD" "$work/head.so"
 # shellcheck disable=SC2046
 g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/ab.cc $(cat "$work/head.so.objects") "$work/head.so.stub.o" -ldl -lpthread -o "$work/ab"
+# shellcheck disable=SC2046
+g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/attend-ab.cc $(cat "$work/head.so.objects") "$work/head.so.stub.o" -ldl -lpthread -o "$work/attend-ab"
 
 if [ $# -gt 0 ]; then families=("$@"); else
   families=()
@@ -48,6 +54,18 @@ if [ $# -gt 0 ]; then families=("$@"); else
   grep -qw avx512f /proc/cpuinfo && families+=(avx512)
   grep -qw avx2 /proc/cpuinfo && families+=(avx2)
   families+=(baseline)
+fi
+# ATTEND_SHAPES: "POSITIONS GROUP QUERIES;..." times attention instead (kernels/attend-ab.cc), e.g.
+# "1000 3 1;1000 3 64" (a decode step and a prefill chunk at 1,000 positions, 3 query heads a kv head).
+if [ -n "${ATTEND_SHAPES:-}" ]; then
+  IFS=';' read -ra shapes <<< "$ATTEND_SHAPES"
+  for family in "${families[@]}"; do
+    for shape in "${shapes[@]}"; do
+      # shellcheck disable=SC2086
+      "$work/attend-ab" "$work/base.so" "$work/head.so" "$family" $shape
+    done
+  done
+  exit 0
 fi
 # KERNEL_SHAPES: "N K TYPE COPIES;..." instead of the float shapes below (TYPE 3-5: Q8_0, Q4_K,
 # Q6_K; see kernels/ab.cc), e.g. "8192 2048 4 2;2048 8192 4 2;2048 8192 5 2".
