@@ -83,6 +83,32 @@ double KeepNucleus(std::vector<float>& weights, double total, double topP, std::
   return cumulative;
 }
 
+// Whether any of v[0 .. n) is NaN: one pass with no branch per value, which compilers vectorise.
+bool AnyNan(const float* v, int64_t n) {
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) nan |= v[i] != v[i];
+  return nan;
+}
+
+// The first index of the largest of v[0 .. n) (NaN never counts as largest) and its value:
+// the peak kept in eight independent lanes (no loop-carried compare and branch per value),
+// then the first index that holds it.
+std::pair<int64_t, float> ArgMax(const float* v, int64_t n) {
+  constexpr int kLanes = 8;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] = v[i + l] > lanes[l] ? v[i + l] : lanes[l];
+  }
+  float peak = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) peak = v[i] > peak ? v[i] : peak;
+  for (int l = 0; l < kLanes; ++l) peak = lanes[l] > peak ? lanes[l] : peak;
+  int64_t best = 0;
+  while (best < n && !(v[best] == peak)) ++best;
+  return {best < n ? best : 0, peak};
+}
+
 // The CPU path: plain loops over each row, no tensor ops (a decode step of a small model
 // takes a fraction of a millisecond; dispatching a dozen ATen ops would cost a tenth of it).
 std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<SampleRow>& rows) {
@@ -101,9 +127,7 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
     if (source < 0 || source >= logits.size(0)) throw CodedError(ErrorCode::kInference, "sampled row outside the logits");
     const float* raw = logits.data_ptr<float>() + source * vocab;
     const SamplingSettings& p = *rows[r].settings;
-    for (int64_t v = 0; v < vocab; ++v) {
-      if (std::isnan(raw[v])) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
-    }
+    if (AnyNan(raw, vocab)) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
     const float* row = raw;
     const bool penalised = rows[r].penalties != nullptr && p.Penalised();
     if (penalised || rows[r].mask != nullptr) {
@@ -112,14 +136,7 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
       if (penalised) Penalise(adjusted.data(), vocab, p, *rows[r].penalties);
       row = adjusted.data();
     }
-    int64_t best = 0;
-    float peak = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < vocab; ++v) {
-      if (row[v] > peak) {
-        peak = row[v];
-        best = v;
-      }
-    }
+    const auto [best, peak] = ArgMax(row, vocab);
     if (!std::isfinite(peak)) {
       throw CodedError(ErrorCode::kInference, rows[r].mask != nullptr ? "the constraint allows no token the model can produce" : "the model produced no finite logit");
     }
