@@ -57,23 +57,18 @@ if [ $# -gt 0 ]; then families=("$@"); else
 fi
 # ATTEND_SHAPES: "POSITIONS GROUP QUERIES;..." times attention instead (kernels/attend-ab.cc), e.g.
 # "1000 3 1;1000 3 64" (a decode step and a prefill chunk at 1,000 positions, 3 query heads a kv head).
-if [ -n "${ATTEND_SHAPES:-}" ]; then
-  IFS=';' read -ra shapes <<< "$ATTEND_SHAPES"
-  for family in "${families[@]}"; do
-    for shape in "${shapes[@]}"; do
-      # shellcheck disable=SC2086
-      "$work/attend-ab" "$work/base.so" "$work/head.so" "$family" $shape
-    done
-  done
-  exit 0
-fi
 # KERNEL_SHAPES: "N K TYPE COPIES;..." instead of the float shapes below (TYPE 3-5: Q8_0, Q4_K,
 # Q6_K; see kernels/ab.cc), e.g. "8192 2048 4 2;2048 8192 4 2;2048 8192 5 2".
 # AB_ROWS: only these row counts, e.g. AB_ROWS=1,4 (default 1, 2, 3, 4, 6, 8, 16, 32, 64, 500).
+program=ab
 IFS=';' read -ra shapes <<< "${KERNEL_SHAPES:-768 256 0 16;3072 768 0 4;3072 768 1 4;8192 2048 1 2;2048 8192 2 2}"
+if [ -n "${ATTEND_SHAPES:-}" ]; then
+  program=attend-ab
+  IFS=';' read -ra shapes <<< "$ATTEND_SHAPES"
+fi
 for family in "${families[@]}"; do
   for shape in "${shapes[@]}"; do
     # shellcheck disable=SC2086
-    "$work/ab" "$work/base.so" "$work/head.so" "$family" $shape
+    "$work/$program" "$work/base.so" "$work/head.so" "$family" $shape
   done
 done

@@ -6,8 +6,6 @@
 // weights stream from memory as in a model) at 1 to 500 rows, one thread, and prints GFLOP/s
 // of each build and head / base. Both builds must pack weights alike (PackedLinear is this
 // program's own, the head's).
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +14,9 @@
 #include <vector>
 
 #include "kernels/Kernels.h"
+#include "sides.h"
 
 using namespace tsn;
-using Select = const KernelSet& (*)(const std::string&);
-
-static double Now() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
   if (argc != 8) {
@@ -33,16 +25,8 @@ int main(int argc, char** argv) {
   }
   const std::string family = argv[3];
   const int n = std::atoi(argv[4]), k = std::atoi(argv[5]), type = std::atoi(argv[6]), copies = std::atoi(argv[7]);
-  const char* symbol = "_ZN3tsn13SelectKernelsERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
   const KernelSet* sets[2];
-  for (int side = 0; side < 2; ++side) {
-    void* library = dlopen(argv[1 + side], RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-      std::fprintf(stderr, "%s\n", dlerror());
-      return 1;
-    }
-    sets[side] = &reinterpret_cast<Select>(dlsym(library, symbol))(family);
-  }
+  if (!LoadSides(argv[1], argv[2], family, sets)) return 1;
   std::vector<float> weight(static_cast<size_t>(n) * k), bias(n);
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::vector<PackedLinear> matrices;

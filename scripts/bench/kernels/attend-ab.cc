@@ -6,8 +6,6 @@
 // cache. Enough distinct caches are cycled (at least 64 MB) that they come from memory, as in a
 // model's step, whose weights evict them. Prints microseconds per call of each build, head /
 // base, a decode step's cache bytes read per second, and whether both builds give the same bits.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,15 +15,9 @@
 #include <vector>
 
 #include "kernels/Kernels.h"
+#include "sides.h"
 
 using namespace tsn;
-using Select = const KernelSet& (*)(const std::string&);
-
-static double Now() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
   if (argc != 7) {
@@ -38,16 +30,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attend-ab: 1 <= QUERIES <= POSITIONS, GROUP >= 1\n");
     return 2;
   }
-  const char* symbol = "_ZN3tsn13SelectKernelsERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
   const KernelSet* sets[2];
-  for (int side = 0; side < 2; ++side) {
-    void* library = dlopen(argv[1 + side], RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-      std::fprintf(stderr, "%s\n", dlerror());
-      return 1;
-    }
-    sets[side] = &reinterpret_cast<Select>(dlsym(library, symbol))(family);
-  }
+  if (!LoadSides(argv[1], argv[2], family, sets)) return 1;
   constexpr int hd = 64;
   const int pad = (positions + 15) / 16 * 16;
   const size_t each = static_cast<size_t>(pad) * hd;  // elements of keys, and of values, per cache
