@@ -122,6 +122,10 @@ void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, in
   embd_ = embd;
   vocab_ = vocab;
   context_ = context;
+  // A quantized checkpoint (float32 activations) keeps its keys and values in bf16, as llama.cpp
+  // keeps them in f16: half a float32 row, so twice the rows in the same budget and half the
+  // bytes attention reads; bf16 rather than f16 because it keeps float32's range.
+  if (cacheType == WeightType::F32 && !quantized_.empty()) cacheType = WeightType::BF16;
   cache_.Configure(layers, kvHeads, headDim, context, cacheType);
   normed_.resize(team_.size());
   scratch_.resize(team_.size());

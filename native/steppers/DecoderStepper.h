@@ -45,7 +45,8 @@ class DecoderStepper : public Stepper {
   DecoderStepper(const NativeContext& context, const char* architecture);
 
   // Called once by the subclass constructor when the shapes are known. The cache holds
-  // keys and values in `cacheType` (the checkpoint's dtype).
+  // keys and values in `cacheType` (the checkpoint's dtype), or in bf16 for a quantized
+  // checkpoint.
   void SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context, WeightType cacheType);
 
   // The checkpoint's parameters by name: the module's own CPU tensors in their own dtype (no

@@ -2,8 +2,10 @@
  * The KV cache takes the checkpoint's dtype: a bf16 or fp16 checkpoint caches keys and values
  * in 16 bits on both runtimes (half the bytes per row of its float32 export), and the default
  * stream limit (capacity()) counts rows of that size, so a 16-bit model admits twice the rows
- * in the same SERVICE_KV_BUDGET_MB. Greedy agreement of the 16-bit caches with the reference
- * is in test/native/llama.test.ts and TorchEngine-hf.test.ts.
+ * in the same SERVICE_KV_BUDGET_MB. A quantized checkpoint (float32 activations) caches in bf16
+ * on the native runtime, as llama.cpp caches in f16. Greedy agreement of the 16-bit caches with
+ * the reference is in test/native/llama.test.ts and TorchEngine-hf.test.ts; of the quantized
+ * checkpoints' in llama.test.ts and gguf-quantized.test.ts.
  */
 import { expect } from "chai";
 
@@ -17,7 +19,7 @@ describe("KV cache in the checkpoint's dtype", function () {
   let exported: HfCheckpoints;
 
   before(() => {
-    exported = exportHfDtypes("llama-gqa", dtypes);
+    exported = exportHfDtypes("llama-gqa", [...dtypes, "q8_0"]);
   });
   after(() => exported?.cleanup());
 
@@ -53,4 +55,20 @@ describe("KV cache in the checkpoint's dtype", function () {
       expect(rows).to.deep.equal({ float32: float32Rows, bfloat16: 2 * float32Rows, float16: 2 * float32Rows });
     });
   }
+
+  it("native: a quantized checkpoint's row of cache is bf16, half its float32 row, and capacity() doubles; the TorchScript runtime's stays float32", async () => {
+    for (const runtime of ["native", "torchscript"] as const) {
+      const engine = await TorchEngine.load(exported.path("q8_0"), { threads: 1, runtime, kvBudgetMb: 1 });
+      try {
+        expect(engine.runtime).to.equal(runtime);
+        const raw = engine.config.raw as { n_layer: number; n_kv_head: number; head_dim: number };
+        const float32Row = 2 * raw.n_layer * raw.n_kv_head * raw.head_dim * Math.ceil(engine.config.contextLength / 16) * 16 * 4;
+        expect(engine.kvBytesPerRow, runtime).to.equal(runtime === "native" ? float32Row / 2 : float32Row);
+        const float32Rows = Math.floor(2 ** 20 / float32Row);
+        expect(engine.capacity().maxActiveRows, runtime).to.equal(runtime === "native" ? 2 * float32Rows : float32Rows);
+      } finally {
+        await engine.dispose();
+      }
+    }
+  });
 });
