@@ -47,14 +47,14 @@ void ThreadTeam::Run(const std::function<void(int)>& fn, int phases, int members
     phaseCapacity_ = phases;
   }
   members_ = std::clamp(members, 1, size_);
+  std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
+  if (members_ == 1) {
+    fn(0);  // a lone member's phases claim nothing and count nothing (Phase)
+    return;
+  }
   for (int p = 0; p < phases; ++p) {
     phases_[p].done.store(0, std::memory_order_relaxed);
     for (int m = 0; m < members_; ++m) ranges_[static_cast<size_t>(p) * size_ + m].taken.store(0, std::memory_order_relaxed);
-  }
-  std::fill(phaseOf_.begin(), phaseOf_.end(), 0);
-  if (members_ == 1) {
-    fn(0);
-    return;
   }
   finished_.store(0);
   {

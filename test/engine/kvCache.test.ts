@@ -14,6 +14,12 @@ import { exportHfDtypes, type HfCheckpoints } from "../helpers/hfModels.js";
 
 const dtypes = ["float32", "bfloat16", "float16"] as const;
 
+/** Bytes of one row of cache with `element`-byte keys and values: every layer's, at full context (16-position tiles). */
+function rowBytes(engine: TorchEngine, element: number): number {
+  const raw = engine.config.raw as { n_layer: number; n_kv_head: number; head_dim: number };
+  return 2 * raw.n_layer * raw.n_kv_head * raw.head_dim * Math.ceil(engine.config.contextLength / 16) * 16 * element;
+}
+
 describe("KV cache in the checkpoint's dtype", function () {
   this.timeout(180_000);
   let exported: HfCheckpoints;
@@ -33,10 +39,7 @@ describe("KV cache in the checkpoint's dtype", function () {
         const engine = await TorchEngine.load(exported.path(dtype), { threads: 1, runtime, torchscriptCompute: "checkpoint" });
         try {
           expect(engine.runtime).to.equal(runtime);
-          const raw = engine.config.raw as { n_layer: number; n_kv_head: number; head_dim: number };
-          const context = Math.ceil(engine.config.contextLength / 16) * 16;
-          const element = dtype === "float32" ? 4 : 2;
-          expect(engine.kvBytesPerRow, dtype).to.equal(2 * raw.n_layer * raw.n_kv_head * raw.head_dim * context * element);
+          expect(engine.kvBytesPerRow, dtype).to.equal(rowBytes(engine, dtype === "float32" ? 4 : 2));
           bytes[dtype] = engine.kvBytesPerRow;
         } finally {
           await engine.dispose();
@@ -61,8 +64,7 @@ describe("KV cache in the checkpoint's dtype", function () {
       const engine = await TorchEngine.load(exported.path("q8_0"), { threads: 1, runtime, kvBudgetMb: 1 });
       try {
         expect(engine.runtime).to.equal(runtime);
-        const raw = engine.config.raw as { n_layer: number; n_kv_head: number; head_dim: number };
-        const float32Row = 2 * raw.n_layer * raw.n_kv_head * raw.head_dim * Math.ceil(engine.config.contextLength / 16) * 16 * 4;
+        const float32Row = rowBytes(engine, 4);
         expect(engine.kvBytesPerRow, runtime).to.equal(runtime === "native" ? float32Row / 2 : float32Row);
         const float32Rows = Math.floor(2 ** 20 / float32Row);
         expect(engine.capacity().maxActiveRows, runtime).to.equal(runtime === "native" ? 2 * float32Rows : float32Rows);
