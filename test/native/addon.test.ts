@@ -234,7 +234,11 @@ describe("native addon", function () {
         let longDone = false;
         let started!: () => void;
         const firstToken = new Promise<void>((resolve) => (started = resolve));
-        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: 500, sampling: { temperature: 1, topK: 0, seed: 1 } }], () => started());
+        // The short job must arrive while the long one decodes: 500 tokens take the TorchScript
+        // runtime ~70 ms here but the native one ~4 ms, less than a busy event loop can take to
+        // submit the short job, so the native arm decodes 10,000 (~75 ms).
+        const longTokens = runtime === "native" ? 10_000 : 500;
+        const long = model.generate([{ tokens: Int32Array.of(65, 66), maxNewTokens: longTokens, sampling: { temperature: 1, topK: 0, seed: 1 } }], () => started());
         long.result.then(() => (longDone = true), () => {});
         await firstToken;
         const c = golden.cases[0]!;
@@ -242,7 +246,7 @@ describe("native addon", function () {
         expect(longDone, "the short job waited for the long one").to.equal(false);
         expect(Array.from(short!)).to.deep.equal(c.output_ids);
         const [longOut] = await long.result;
-        expect(longOut!.length).to.equal(500);
+        expect(longOut!.length).to.equal(longTokens);
       } finally {
         await model.dispose();
       }
