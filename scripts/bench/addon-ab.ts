@@ -21,7 +21,7 @@ import { fileURLToPath } from "node:url";
 
 import type { KernelFamily } from "../../src/native/types.js";
 import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
-import { readBandwidth, weightBytesPerToken } from "./lib/bandwidth.js";
+import { readBandwidth, streamedWeightBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
 import { loadNativeForTiming } from "./lib/nativeModel.js";
 
@@ -126,7 +126,7 @@ if (flags.has("child")) {
     }
   }
   const after = readBandwidth(threads);
-  const bytes = weightBytesPerToken(config);
+  const bytes = streamedWeightBytes(ckpt, config);
   console.log(`${facts.cpu}, ${facts.cores} cores; ${ckpt}, ${kernels}, ${threads} thread(s), batch ${batch}, ${prompt}-token prompt, ${tokens} tokens x ${reps}, best per round`);
   console.log(`read bandwidth (${threads} thread(s)): ${(before / 1e9).toFixed(1)} GB/s before, ${(after / 1e9).toFixed(1)} after; weights a step streams: ${(bytes / 1e9).toFixed(3)} GB`);
   for (const [i, addon] of addons.entries()) {

@@ -29,6 +29,7 @@ import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
+import { storedTensorBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
 import { writeResults } from "./lib/results.js";
 
@@ -107,14 +108,6 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
   };
   await engine.dispose();
   process.send!(report);
-}
-
-/** Bytes of the tensors stored in a TorchScript archive (its data/ entries; zip64 included). */
-function storedTensorBytes(path: string): number {
-  const code =
-    "import sys, zipfile\n" +
-    "print(sum(i.file_size for i in zipfile.ZipFile(sys.argv[1]).infolist() if '/data/' in i.filename))";
-  return Number(execFileSync("/usr/bin/python3", ["-c", code, path], { encoding: "utf8" }).trim());
 }
 
 function configDtype(path: string): string {

@@ -16,7 +16,8 @@
  *   - the time to the first token of a 16-token prompt (batch 1), and the prefill of a
  *     400-token prompt;
  *   - the memory bandwidth measured in the same run (a 1 GiB streaming sum), and the fraction of
- *     it that batch-1 decode reaches: weight bytes per token x tokens/s / bandwidth.
+ *     it that batch-1 decode reaches: the bytes a step streams (the checkpoint's stored tensors,
+ *     lib/bandwidth.ts streamedWeightBytes) x tokens/s / bandwidth.
  *
  *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m,llama-1b]
  *        [--kernels avx2,baseline] [--threads 1,2] [--precisions f32,bf16,q8_0,q4_k_m] [--batches 1,4,16]
@@ -38,7 +39,7 @@ import { loadAddon } from "../../src/native/binding.js";
 import { kernelFamiliesToTime } from "./lib/args.js";
 import { importNodeLlamaCpp, llamaCppCpuBuilds, matchingLlamaCppBuild } from "./lib/llamaCppBuild.js";
 import type { KernelFamily } from "../../src/native/types.js";
-import { BYTES_PER_WEIGHT, readBandwidth, weightBytes } from "./lib/bandwidth.js";
+import { readBandwidth, streamedWeightBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
 import { loadNativeForTiming } from "./lib/nativeModel.js";
 import { repoRoot } from "./lib/paths.js";
@@ -275,12 +276,12 @@ for (const name of args.models!.split(",")) {
 f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["config.json"]; print(c.decode() if isinstance(c, bytes) else c)`], { encoding: "utf8" });
   const config = JSON.parse(configText) as Record<string, number>;
   const pairs = [
-    ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], BYTES_PER_WEIGHT.float32],
-    ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], BYTES_PER_WEIGHT.bfloat16],
-    ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], BYTES_PER_WEIGHT.q8_0],
-    ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], BYTES_PER_WEIGHT.q4_k_m],
+    ["f32 vs f32", modelFiles["f32.pt"], modelFiles["f32.gguf"], "float32"],
+    ["bf16 vs f16", modelFiles["bf16.pt"], modelFiles["f16.gguf"], "bfloat16"],
+    ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], "float32"],
+    ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], "float32"],
   ] as const;
-  for (const [precision, ourFile, theirFile, bytesPerWeight] of pairs) {
+  for (const [precision, ourFile, theirFile, dtype] of pairs) {
     if (!ourFile || !theirFile) continue;
     const theirs = await llama.loadModel({ modelPath: theirFile });
     try {
@@ -289,7 +290,8 @@ f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["c
         for (const problem of b.problems) problems.push(`${name} ${precision}, llama.cpp, ${threads} thread(s): ${problem}`);
         for (const kernels of families) {
           const a = await ours(ourFile, threads, kernels, plan);
-          const bytes = weightBytes(config, bytesPerWeight);
+          // The bytes a step streams, the same on both sides (the GGUF file holds the same rows).
+          const bytes = streamedWeightBytes(ourFile, { ...config, dtype });
           const fraction = (bytes / a.step[1]!) / bandwidths[threads]!;
           const fractionTheirs = (bytes / b.step[1]!) / bandwidths[threads]!;
           results.push({ model: name, precision, kernels, threads, plan, ours: a, llamaCpp: b, weightBytes: bytes, bandwidth: bandwidths[threads], fraction, fractionTheirs });

@@ -35,3 +35,27 @@ export function bytesPerWeight(config: Record<string, unknown>): number {
 export function weightBytesPerToken(config: Record<string, unknown>): number {
   return weightBytes(config, bytesPerWeight(config));
 }
+
+/** Bytes of the tensors stored in a TorchScript archive (its data/ entries, each storage once; zip64 included). */
+export function storedTensorBytes(path: string): number {
+  const code =
+    "import sys, zipfile\n" +
+    "print(sum(i.file_size for i in zipfile.ZipFile(sys.argv[1]).infolist() if '/data/' in i.filename))";
+  return Number(execFileSync("/usr/bin/python3", ["-c", code, path], { encoding: "utf8" }).trim());
+}
+
+/**
+ * Bytes a batch-1 decode step of the checkpoint at `path` streams: its stored tensors (a head
+ * tied to the embeddings is one storage, read by every step) less GPT-2's position table, which
+ * a step only gathers from. This counts each matrix in the storage it really has: a Q4_K_M file
+ * keeps some matrices in Q6_K and, where a width is not a multiple of 256, in Q8_0 (the 135M
+ * shape's d = 576 matrices), so the nominal 4.85 bits a weight undercounts it (134 MB against
+ * 82 there, 802 against 749 at 1B). An untied embedding table is not streamed and its storage is
+ * not known here: such a checkpoint gets weightBytesPerToken's nominal count instead.
+ */
+export function streamedWeightBytes(path: string, config: Record<string, unknown>): number {
+  if (config.tie_word_embeddings === false) return weightBytesPerToken(config);
+  const positions = config.n_kv_head === undefined ? Number(config.block_size) * Number(config.n_embd) * (config.dtype === "float32" || config.dtype === undefined ? 4 : 2) : 0;
+  return storedTensorBytes(path) - positions;
+}
+
