@@ -50,7 +50,7 @@ export function storedTensorBytes(path: string): number {
  * a step only gathers from. This counts each matrix in the storage it really has: a Q4_K_M file
  * keeps some matrices in Q6_K and, where a width is not a multiple of 256, in Q8_0 (the 135M
  * shape's d = 576 matrices), so the nominal 4.85 bits a weight undercounts it (134 MB against
- * 82 there, 802 against 749 at 1B). An untied embedding table is not streamed and its storage is
+ * 82 there, 800 against 749 at 1B). An untied embedding table is not streamed and its storage is
  * not known here: such a checkpoint gets weightBytesPerToken's nominal count instead.
  */
 export function streamedWeightBytes(path: string, config: Record<string, unknown>): number {
@@ -58,4 +58,3 @@ export function streamedWeightBytes(path: string, config: Record<string, unknown
   const positions = config.n_kv_head === undefined ? Number(config.block_size) * Number(config.n_embd) * (config.dtype === "float32" || config.dtype === undefined ? 4 : 2) : 0;
   return storedTensorBytes(path) - positions;
 }
-
