@@ -283,6 +283,8 @@ f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["c
   ] as const;
   for (const [precision, ourFile, theirFile, dtype] of pairs) {
     if (!ourFile || !theirFile) continue;
+    // The bytes a step streams, the same on both sides (the GGUF file holds the same rows).
+    const bytes = streamedWeightBytes(ourFile, { ...config, dtype });
     const theirs = await llama.loadModel({ modelPath: theirFile });
     try {
       for (const threads of threadCounts) {
@@ -290,8 +292,6 @@ f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["c
         for (const problem of b.problems) problems.push(`${name} ${precision}, llama.cpp, ${threads} thread(s): ${problem}`);
         for (const kernels of families) {
           const a = await ours(ourFile, threads, kernels, plan);
-          // The bytes a step streams, the same on both sides (the GGUF file holds the same rows).
-          const bytes = streamedWeightBytes(ourFile, { ...config, dtype });
           const fraction = (bytes / a.step[1]!) / bandwidths[threads]!;
           const fractionTheirs = (bytes / b.step[1]!) / bandwidths[threads]!;
           results.push({ model: name, precision, kernels, threads, plan, ours: a, llamaCpp: b, weightBytes: bytes, bandwidth: bandwidths[threads], fraction, fractionTheirs });
