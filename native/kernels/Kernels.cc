@@ -1,4 +1,5 @@
 #include "kernels/Kernels.h"
+#include "kernels/QuantKernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -269,6 +270,12 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
 void PackedLinear::Row(int row, float* out) const {
   const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
   const int c = row % 16;
+  if (grouped(row)) {
+    std::vector<uint8_t> bytes(RowBytes(WeightType::Q4_K, k_));
+    DeinterleaveQ4KRow(rows_[row - row % kQ4KGroupRows], row % kQ4KGroupRows, k_ / 256, bytes.data());
+    DequantizeRow(WeightType::Q4_K, bytes.data(), k_, out);
+    return;
+  }
   if (quantized()) {
     DequantizeRow(rowTypes_[row], rows_[row], k_, out);
     return;
@@ -312,6 +319,26 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
   bias_.Resize(static_cast<size_t>(panels_) * 16);
   std::memset(bias_.get(), 0, sizeof(float) * bias_.size);
   if (bias) std::memcpy(bias_.get(), bias, sizeof(float) * n);
+}
+
+int PackedLinear::InterleaveQ4K() {
+  if (!quantized() || groups_ > 0) return 0;
+  const size_t rowBytes = RowBytes(WeightType::Q4_K, k_);
+  std::vector<uint8_t> grouped(n_, 0);
+  int groups = 0;
+  for (int c = 0; c + kQ4KGroupRows <= n_; c += kQ4KGroupRows) {
+    bool fits = true;
+    for (int j = 0; j < kQ4KGroupRows && fits; ++j) {
+      fits = rowTypes_[c + j] == WeightType::Q4_K && rows_[c + j] == rows_[c] + rowBytes * j;
+    }
+    if (!fits) continue;
+    InterleaveQ4KRows(const_cast<uint8_t*>(rows_[c]), k_ / 256);
+    std::fill(grouped.begin() + c, grouped.begin() + c + kQ4KGroupRows, 1);
+    ++groups;
+  }
+  grouped_ = std::move(grouped);
+  groups_ = groups;
+  return groups;
 }
 
 WeightType WeightTypeOf(const std::string& dtype) {

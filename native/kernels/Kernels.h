@@ -78,6 +78,16 @@ class PackedLinear {
   // W[row][0 .. k) as floats: an embedding row read from a head tied to it, so the table is
   // held once (a lookup gathers k values, a few microseconds; a quantized row is dequantized).
   void Row(int row, float* out) const;
+  // Rewrites the Q4_K rows, eight at a time, into the interleaved groups of InterleaveQ4KRows
+  // (QuantKernels.h), where they lie: columns c..c+7 (c a multiple of 8) of type Q4_K whose
+  // rows are consecutive in memory. The rows are the checkpoint's tensors, so only their sole
+  // owner may call this (the native runtime once the module's weights are released, see
+  // Stepper::OwnWeights); nothing else may read them as GGUF rows afterwards. Returns the
+  // number of groups made. Every family's products read both layouts.
+  int InterleaveQ4K();
+  // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's).
+  bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }
+  int groups() const { return groups_; }
 
  private:
   struct FreeHalves {
@@ -92,6 +102,10 @@ class PackedLinear {
   std::vector<WeightType> rowTypes_;
   size_t quantBytes_ = 0;
   std::shared_ptr<const void> owner_;
+  // Last, so that a build of the kernels from before them (kernels-ab.sh's base) still reads
+  // the members above where they are.
+  std::vector<uint8_t> grouped_;
+  int groups_ = 0;
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",

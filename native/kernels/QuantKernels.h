@@ -62,4 +62,29 @@ inline void UnpackQ4KScales(const uint8_t* s, uint8_t out[16]) {
 // One weight row of k values of `type` -> floats.
 void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);
 
+// Q4_K rows in groups of eight, interleaved (the avx2 family's layout; see
+// PackedLinear::InterleaveQ4K): eight consecutive GGUF rows of the same width, rewritten in
+// place, super-block by super-block, so that one 256-bit register holds the same four values
+// of all eight rows and a product's lanes are the eight output columns (no horizontal sums,
+// and each super-block's scales, mins and float epilogue done once for eight columns rather
+// than once a column). The eight super-blocks b of the rows become the 1,152 bytes (8 x 144,
+// so the rows' bytes are rewritten where they lie) at b * 1152:
+//
+//   [0, 16)      the eight rows' float16 d            [16, 32)   their float16 dmin
+//   [32, 64)     scales, low 4 bits: byte 8q + c holds row c's scale of sub-block q (low
+//                nibble) and of sub-block q + 4 (high nibble), q = 0..3
+//   [64, 96)     the mins, likewise
+//   [96, 112)    scales, high 2 bits: byte 8h + c holds, at bits 2t, row c's scale of
+//                sub-block h + 2t (h = 0, 1; t = 0..3)
+//   [112, 128)   the mins, likewise
+//   [128, 1152)  the 4-bit values: the 32 bytes at 128 + 256i + 32j hold bytes 4j..4j+3 of
+//                each row's 32i..32i+31 (row c at 4c): sub-block 2i in the low nibbles, 2i+1
+//                in the high, values 4j..4j+3 of each.
+constexpr int kQ4KGroupRows = 8;
+constexpr int kQ4KGroupBlockBytes = kQ4KGroupRows * 144;
+// `rows`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved in place.
+void InterleaveQ4KRows(uint8_t* rows, int blocks);
+// Row `lane` (0..7) of an interleaved group, written back as its GGUF row (the bytes it had).
+void DeinterleaveQ4KRow(const uint8_t* group, int lane, int blocks, uint8_t* row);
+
 }  // namespace tsn

@@ -35,6 +35,8 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       // The native runtime packed its own copy: the module's parameters are not read again.
       ReleaseParameters(*loaded_.module);
       weightsReleased_ = true;
+      const std::string owned = stepper_->OwnWeights();
+      if (!owned.empty()) choice.note += "; " + owned;
     }
     // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
     // in the heap; hand the free pages back so resident memory shows what is held.

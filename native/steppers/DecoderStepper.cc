@@ -189,6 +189,22 @@ int64_t DecoderStepper::SlotBudget() const {
   return std::clamp<int64_t>(kvBudgetBytes_ / cache_.BytesPerSlot(), 8, 64);
 }
 
+std::string DecoderStepper::OwnWeights() {
+  if (std::string(kernels_.name) != "avx2") return "";
+  const std::vector<PackedLinear*> products = Products();
+  std::map<const uint8_t*, int> readers;  // each quantized row's matrices
+  for (const PackedLinear* w : products) {
+    for (int c = 0; w->quantized() && c < w->n(); ++c) ++readers[w->quantRow(c)];
+  }
+  int groups = 0;
+  for (PackedLinear* w : products) {
+    bool alone = w->quantized();
+    for (int c = 0; alone && c < w->n(); ++c) alone = readers[w->quantRow(c)] == 1;
+    if (alone) groups += w->InterleaveQ4K();
+  }
+  return groups == 0 ? "" : "Q4_K rows interleaved in " + std::to_string(groups) + " groups of eight for the avx2 kernels";
+}
+
 void DecoderStepper::CopyRow(int64_t from, int64_t to) {
   cache_.CopySlot(static_cast<int>(from), static_cast<int>(to));
 }

@@ -33,6 +33,10 @@ class DecoderStepper : public Stepper {
   void CopyRow(int64_t from, int64_t to, int64_t positions) override;
   bool RetainsCache() const override { return true; }
   void End() override {}
+  // On the avx2 family: the Q4_K matrices' rows interleaved in groups of eight
+  // (PackedLinear::InterleaveQ4K), whose products that family runs 1.1-1.3x faster
+  // (docs/benchmarks.md section 7). A quantized row two matrices share stays as it is.
+  std::string OwnWeights() override;
 
  protected:
   // The step's tokens of one slot: rows firstRow .. firstRow + count - 1 of the activations,
@@ -91,6 +95,8 @@ class DecoderStepper : public Stepper {
   PackedLinear Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
                      const at::Tensor& bias, WeightType type);
 
+  // The matrices the step multiplies by (not an embedding table only looked up).
+  virtual std::vector<PackedLinear*> Products() = 0;
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;
   // x[row] = the embedding of `token` at `position` (embd floats).

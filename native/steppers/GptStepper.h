@@ -22,6 +22,13 @@ class GptStepper : public DecoderStepper {
     PackedLinear qkv, proj, fc, out;
   };
 
+  std::vector<PackedLinear*> Products() override {
+    std::vector<PackedLinear*> out{&head_};
+    for (Layer& layer : blocks_) {
+      for (PackedLinear* w : {&layer.qkv, &layer.proj, &layer.fc, &layer.out}) out.push_back(w);
+    }
+    return out;
+  }
   void Reserve(int rows) override;
   void Embed(int64_t token, int position, float* row) const override;
   void Layers(int member, int rows) override;

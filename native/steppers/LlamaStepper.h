@@ -24,6 +24,13 @@ class LlamaStepper : public DecoderStepper {
     PackedLinear qkv, o, gateUp, down;  // q|k|v and gate|up fused
   };
 
+  std::vector<PackedLinear*> Products() override {
+    std::vector<PackedLinear*> out{&head_};
+    for (Layer& layer : blocks_) {
+      for (PackedLinear* w : {&layer.qkv, &layer.o, &layer.gateUp, &layer.down}) out.push_back(w);
+    }
+    return out;
+  }
   void Reserve(int rows) override;
   void Embed(int64_t token, int position, float* row) const override;
   void Layers(int member, int rows) override;

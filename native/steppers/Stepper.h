@@ -10,6 +10,7 @@
 #include <torch/script.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "kernels/Kernels.h"
 #include "steppers/ModelFields.h"
@@ -54,6 +55,10 @@ class Stepper {
   // True when End keeps the cache and Begin with the same batch keeps its contents: what
   // prefix caching across Serve calls needs.
   virtual bool RetainsCache() const { return false; }
+  // The checkpoint's tensors this stepper reads are its alone from now on (the module's
+  // parameters were released): it may rewrite them in place into a layout of its own kernels.
+  // Returns what it did, for the configure note ("" for nothing).
+  virtual std::string OwnWeights() { return ""; }
 };
 
 // What a native CPU stepper is built from: the checkpoint's module (weights by name), its

@@ -142,9 +142,14 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             architecture: checkpoint.architecture,
             dtype: checkpoint.dtype,
             modelConfig: config,
+            // As TorchEngine configures it: the native runtime then owns the weights, and the
+            // avx2 family interleaves Q4_K rows in groups of eight (its own products' layout).
+            releaseModuleWeights: runtime === "native",
           });
           expect(choice.runtime, choice.note).to.equal(runtime);
           if (kernels) expect(choice.kernels).to.equal(kernels);
+          const interleaved = runtime === "native" && choice.kernels === "avx2" && name.includes("q4_k");
+          expect(choice.note ?? "", label).to.match(interleaved ? /Q4_K rows interleaved in \d+ groups/ : /^(?!.*interleaved)/);
 
           const sixteen = checkpoint.dtype !== "float32";
           // The TorchScript runtime computes a 16-bit checkpoint in float32 on a CPU without
@@ -220,6 +225,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             architecture: checkpoint.architecture,
             dtype: checkpoint.dtype,
             modelConfig: config,
+            releaseModuleWeights: true, // the avx2 family's interleaved Q4_K rows, as TorchEngine serves them
           });
           // Prompts of 3 to 21 tokens cut from the cases' prompts, 6 new tokens each.
           const pool = checkpoint.cases.flatMap((c) => c.prompt_ids);

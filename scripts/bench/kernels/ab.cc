@@ -7,6 +7,7 @@
 // of each build and head / base. Both builds must pack weights alike (PackedLinear is this
 // program's own, the head's).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -29,8 +30,15 @@ int main(int argc, char** argv) {
   if (!LoadSides(argv[1], argv[2], family, sets)) return 1;
   std::vector<float> weight(static_cast<size_t>(n) * k), bias(n);
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
-  std::vector<PackedLinear> matrices;
+  std::vector<PackedLinear> matrices, headMatrices;
   const auto wtype = static_cast<WeightType>(type);
+  // AB_INTERLEAVE=1 (Q4_K): the head multiplies by the avx2 family's interleaved layout, the
+  // base by the GGUF rows (the same values); AB_INTERLEAVE=2: both by the interleaved layout
+  // (two builds that both read it).
+  const char* interleaveMode = std::getenv("AB_INTERLEAVE");
+  const bool interleave = interleaveMode != nullptr && (*interleaveMode == '1' || *interleaveMode == '2') &&
+                          wtype == WeightType::Q4_K;
+  const bool bothInterleaved = interleave && *interleaveMode == '2';
   if (type >= 3) {
     // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
     const int block = wtype == WeightType::Q8_0 ? 32 : 256;
@@ -51,6 +59,13 @@ int main(int argc, char** argv) {
         }
       }
       matrices.emplace_back(rows, std::vector<WeightType>(n, wtype), data, bias.data(), n, k);
+      if (interleave) {
+        // The head's copy of the same bytes, its Q4_K rows interleaved (PackedLinear::InterleaveQ4K).
+        auto copy = std::make_shared<std::vector<uint8_t>>(*data);
+        for (int c = 0; c < n; ++c) rows[c] = copy->data() + rowBytes * c;
+        headMatrices.emplace_back(rows, std::vector<WeightType>(n, wtype), copy, bias.data(), n, k);
+        headMatrices.back().InterleaveQ4K();
+      }
     }
   } else {
     for (int i = 0; i < copies; ++i) matrices.emplace_back(weight.data(), bias.data(), n, k, wtype);
@@ -81,8 +96,9 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 10; ++round) {
       const KernelSet& set = *sets[round % 2];
       const double start = Now();
+      const std::vector<PackedLinear>& side = interleave && (round % 2 == 1 || bothInterleaved) ? headMatrices : matrices;
       for (int r = 0; r < reps; ++r) {
-        const PackedLinear& m = matrices[r % copies];
+        const PackedLinear& m = side[r % copies];
         set.linearPanels(x.data(), rows, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);
       }
       best[round % 2] = std::min(best[round % 2], (Now() - start) / reps);
@@ -91,8 +107,22 @@ int main(int argc, char** argv) {
   }
   // The head's promise that a row's result does not depend on its batch: every row of a batch
   // against the same row alone, bit for bit.
-  const PackedLinear& m = matrices[0];
+  const PackedLinear& m = interleave ? headMatrices[0] : matrices[0];
   std::vector<float> alone(n);
+  if (interleave) {
+    // The interleaved products against the GGUF rows': the same values up to float rounding.
+    double worst = 0;
+    for (int rows : {1, 5}) {
+      std::vector<float> rowsY(static_cast<size_t>(rows) * n);
+      sets[1]->linearPanels(x.data(), rows, k, matrices[0], rowsY.data(), n, 0, m.panels(), Epilogue::Store);
+      sets[1]->linearPanels(x.data(), rows, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);
+      for (size_t i = 0; i < rowsY.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(rowsY[i] - y[i]) / (1 + std::fabs(rowsY[i]))));
+      }
+    }
+    std::printf("head: interleaved against GGUF rows, largest relative difference %.2g\n", worst);
+    if (worst > 1e-4) return 1;
+  }
   int differ = 0;
   for (int rows : {2, 3, 5, 8, 9, 16, 19}) {
     sets[1]->linearPanels(x.data(), rows, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);

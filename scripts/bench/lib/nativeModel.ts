@@ -4,9 +4,9 @@ import type { KernelFamily, RawLanguageModel } from "../../../src/native/types.j
 
 /**
  * Loads `path` on the CPU and configures the native runtime with `kernels`, end-of-sequence off
- * (every row decodes the tokens asked for) and no prefix cache (repeated timing runs compute
- * their prompts). Throws if the runtime or the kernels are not the ones asked for. The caller
- * disposes of the model.
+ * (every row decodes the tokens asked for), no prefix cache (repeated timing runs compute their
+ * prompts) and the module's weights released as TorchEngine releases them. Throws if the
+ * runtime or the kernels are not the ones asked for. The caller disposes of the model.
  */
 export async function loadNativeForTiming(
   path: string,
@@ -25,6 +25,9 @@ export async function loadNativeForTiming(
       architecture: String(config.architecture),
       dtype: config.dtype as "float32" | "bfloat16",
       modelConfig: config,
+      // As TorchEngine serves: the runtime owns the weights (the avx2 family then interleaves
+      // Q4_K rows, its products' own layout).
+      releaseModuleWeights: true,
     });
     if (chosen.runtime !== "native") throw new Error(`native runtime refused: ${chosen.note}`);
     if (chosen.kernels !== kernels) throw new Error(`asked for the ${kernels} kernels, got ${chosen.kernels}`);
