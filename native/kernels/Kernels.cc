@@ -315,6 +315,7 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
                                                             std::to_string(BlockValues(t)));
     }
     quantBytes_ += RowBytes(t, k);
+    ++rowsOf_[static_cast<int>(t)];
   }
   bias_.Resize(static_cast<size_t>(panels_) * 16);
   std::memset(bias_.get(), 0, sizeof(float) * bias_.size);
@@ -334,6 +335,7 @@ int PackedLinear::InterleaveQ4K() {
     if (!fits) continue;
     InterleaveQ4KRows(const_cast<uint8_t*>(rows_[c]), k_ / 256);
     std::fill(grouped.begin() + c, grouped.begin() + c + kQ4KGroupRows, 1);
+    rowsOf_[static_cast<int>(WeightType::Q4_K)] -= kQ4KGroupRows;
     ++groups;
   }
   grouped_ = std::move(grouped);

@@ -88,6 +88,9 @@ class PackedLinear {
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's).
   bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }
   int groups() const { return groups_; }
+  // Rows of a quantized type outside interleaved groups (a product's passes over the columns
+  // run only for the types it has: the 128K-column head of a Llama 3 is all Q6_K).
+  int rowsOf(WeightType t) const { return rowsOf_[static_cast<int>(t)]; }
 
  private:
   struct FreeHalves {
@@ -106,6 +109,7 @@ class PackedLinear {
   // the members above where they are.
   std::vector<uint8_t> grouped_;
   int groups_ = 0;
+  int rowsOf_[6] = {};  // by WeightType
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",
