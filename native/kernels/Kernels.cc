@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <new>
+#include <stdexcept>
 #include <utility>
 
 #include "common/ErrorCodes.h"
@@ -270,12 +271,7 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
 void PackedLinear::Row(int row, float* out) const {
   const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
   const int c = row % 16;
-  if (grouped(row)) {
-    std::vector<uint8_t> bytes(RowBytes(WeightType::Q4_K, k_));
-    DeinterleaveQ4KRow(rows_[row - row % kQ4KGroupRows], row % kQ4KGroupRows, k_ / 256, bytes.data());
-    DequantizeRow(WeightType::Q4_K, bytes.data(), k_, out);
-    return;
-  }
+  if (grouped(row)) throw std::logic_error("PackedLinear::Row of an interleaved Q4_K row: a looked-up table is not interleaved");
   if (quantized()) {
     DequantizeRow(rowTypes_[row], rows_[row], k_, out);
     return;

@@ -82,8 +82,9 @@ class PackedLinear {
   // (QuantKernels.h), where they lie: columns c..c+7 (c a multiple of 8) of type Q4_K whose
   // rows are consecutive in memory. The rows are the checkpoint's tensors, so only their sole
   // owner may call this (the native runtime once the module's weights are released, see
-  // Stepper::OwnWeights); nothing else may read them as GGUF rows afterwards. Returns the
-  // number of groups made. Every family's products read both layouts.
+  // Stepper::OwnWeights); nothing else may read them as GGUF rows afterwards, and Row() of an
+  // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
+  // of groups made. Every family's products read both layouts.
   int InterleaveQ4K();
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's).
   bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }

@@ -162,17 +162,6 @@ void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
 }
 
 
-namespace {
-// ggml's 12-byte encoding of eight 6-bit scales and eight 6-bit mins (the inverse of
-// UnpackQ4KScales; get_scale_min_k4 reads it).
-void PackQ4KScales(const uint8_t scales[8], const uint8_t mins[8], uint8_t out[12]) {
-  for (int j = 0; j < 4; ++j) {
-    out[j] = static_cast<uint8_t>((scales[j] & 63) | ((scales[j + 4] >> 4) << 6));
-    out[j + 4] = static_cast<uint8_t>((mins[j] & 63) | ((mins[j + 4] >> 4) << 6));
-    out[j + 8] = static_cast<uint8_t>((scales[j + 4] & 0xF) | ((mins[j + 4] & 0xF) << 4));
-  }
-}
-}  // namespace
 
 void InterleaveQ4KRows(uint8_t* rows, int blocks) {
   const size_t rowBytes = static_cast<size_t>(blocks) * 144;
@@ -207,26 +196,6 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
   }
 }
 
-void DeinterleaveQ4KRow(const uint8_t* group, int lane, int blocks, uint8_t* row) {
-  for (int b = 0; b < blocks; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kQ4KGroupBlockBytes;
-    uint8_t* block = row + static_cast<size_t>(b) * 144;
-    std::memcpy(block, g + 2 * lane, 2);
-    std::memcpy(block + 2, g + 16 + 2 * lane, 2);
-    uint8_t scales[8], mins[8];
-    for (int s = 0; s < 8; ++s) {
-      const int low = s < 4 ? g[32 + 8 * s + lane] & 15 : g[32 + 8 * (s - 4) + lane] >> 4;
-      const int lowMin = s < 4 ? g[64 + 8 * s + lane] & 15 : g[64 + 8 * (s - 4) + lane] >> 4;
-      const int shift = 2 * (s / 2);
-      scales[s] = static_cast<uint8_t>(low | ((g[96 + 8 * (s % 2) + lane] >> shift) & 3) << 4);
-      mins[s] = static_cast<uint8_t>(lowMin | ((g[112 + 8 * (s % 2) + lane] >> shift) & 3) << 4);
-    }
-    PackQ4KScales(scales, mins, block + 4);
-    for (int i = 0; i < 4; ++i) {
-      for (int j = 0; j < 8; ++j) std::memcpy(block + 16 + 32 * i + 4 * j, g + 128 + 256 * i + 32 * j + 4 * lane, 4);
-    }
-  }
-}
 
 }  // namespace tsn
 

@@ -84,7 +84,5 @@ constexpr int kQ4KGroupRows = 8;
 constexpr int kQ4KGroupBlockBytes = kQ4KGroupRows * 144;
 // `rows`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved in place.
 void InterleaveQ4KRows(uint8_t* rows, int blocks);
-// Row `lane` (0..7) of an interleaved group, written back as its GGUF row (the bytes it had).
-void DeinterleaveQ4KRow(const uint8_t* group, int lane, int blocks, uint8_t* row);
 
 }  // namespace tsn

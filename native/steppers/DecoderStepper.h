@@ -95,7 +95,8 @@ class DecoderStepper : public Stepper {
   PackedLinear Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
                      const at::Tensor& bias, WeightType type);
 
-  // The matrices the step multiplies by (not an embedding table only looked up).
+  // The matrices the step only multiplies by (not a table whose rows are looked up: an
+  // embedding table, or a head tied to it).
   virtual std::vector<PackedLinear*> Products() = 0;
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;

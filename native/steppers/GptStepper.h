@@ -23,7 +23,8 @@ class GptStepper : public DecoderStepper {
   };
 
   std::vector<PackedLinear*> Products() override {
-    std::vector<PackedLinear*> out{&head_};
+    std::vector<PackedLinear*> out;
+    if (!tied_) out.push_back(&head_);  // a tied head's rows are looked up as embeddings too
     for (Layer& layer : blocks_) {
       for (PackedLinear* w : {&layer.qkv, &layer.proj, &layer.fc, &layer.out}) out.push_back(w);
     }

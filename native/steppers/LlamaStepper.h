@@ -25,7 +25,8 @@ class LlamaStepper : public DecoderStepper {
   };
 
   std::vector<PackedLinear*> Products() override {
-    std::vector<PackedLinear*> out{&head_};
+    std::vector<PackedLinear*> out;
+    if (!tied_) out.push_back(&head_);  // a tied head's rows are looked up as embeddings too
     for (Layer& layer : blocks_) {
       for (PackedLinear* w : {&layer.qkv, &layer.o, &layer.gateUp, &layer.down}) out.push_back(w);
     }
