@@ -34,7 +34,7 @@ class DecoderStepper : public Stepper {
   bool RetainsCache() const override { return true; }
   void End() override {}
   // On the avx2 family: the Q4_K matrices' rows interleaved in groups of eight
-  // (PackedLinear::InterleaveQ4K), whose products that family runs 1.1-1.3x faster
+  // (PackedLinear::InterleaveQ4K), on which that family's products ran 1.03-1.38x faster
   // (docs/benchmarks.md section 7). A quantized row two matrices share stays as it is.
   std::string OwnWeights() override;
 
