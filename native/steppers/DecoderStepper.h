@@ -98,6 +98,15 @@ class DecoderStepper : public Stepper {
   // The matrices the step only multiplies by (not a table whose rows are looked up: an
   // embedding table, or a head tied to it).
   virtual std::vector<PackedLinear*> Products() = 0;
+  // Products() of a subclass: the head unless it is tied (its rows are looked up as
+  // embeddings too), and the named matrices of every layer.
+  template <typename Layer, typename... Members>
+  std::vector<PackedLinear*> LayerProducts(std::vector<Layer>& layers, bool tied, Members... members) {
+    std::vector<PackedLinear*> out;
+    if (!tied) out.push_back(&head_);
+    for (Layer& layer : layers) (out.push_back(&(layer.*members)), ...);
+    return out;
+  }
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;
   // x[row] = the embedding of `token` at `position` (embd floats).

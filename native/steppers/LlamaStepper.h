@@ -25,12 +25,7 @@ class LlamaStepper : public DecoderStepper {
   };
 
   std::vector<PackedLinear*> Products() override {
-    std::vector<PackedLinear*> out;
-    if (!tied_) out.push_back(&head_);  // a tied head's rows are looked up as embeddings too
-    for (Layer& layer : blocks_) {
-      for (PackedLinear* w : {&layer.qkv, &layer.o, &layer.gateUp, &layer.down}) out.push_back(w);
-    }
-    return out;
+    return LayerProducts(blocks_, tied_, &Layer::qkv, &Layer::o, &Layer::gateUp, &Layer::down);
   }
   void Reserve(int rows) override;
   void Embed(int64_t token, int position, float* row) const override;
