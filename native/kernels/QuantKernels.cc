@@ -161,8 +161,6 @@ void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
   }
 }
 
-
-
 void InterleaveQ4KRows(uint8_t* rows, int blocks) {
   const size_t rowBytes = static_cast<size_t>(blocks) * 144;
   std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
@@ -195,7 +193,6 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
     }
   }
 }
-
 
 }  // namespace tsn
 

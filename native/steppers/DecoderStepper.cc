@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <unordered_set>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
@@ -192,14 +193,20 @@ int64_t DecoderStepper::SlotBudget() const {
 std::string DecoderStepper::OwnWeights() {
   if (std::string(kernels_.name) != "avx2") return "";
   const std::vector<PackedLinear*> products = Products();
-  std::map<const uint8_t*, int> readers;  // each quantized row's matrices
+  // The quantized rows more than one matrix reads (none in the layouts of today).
+  std::vector<const uint8_t*> rows;
   for (const PackedLinear* w : products) {
-    for (int c = 0; w->quantized() && c < w->n(); ++c) ++readers[w->quantRow(c)];
+    for (int c = 0; w->quantized() && c < w->n(); ++c) rows.push_back(w->quantRow(c));
+  }
+  std::sort(rows.begin(), rows.end());
+  std::unordered_set<const uint8_t*> shared;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i] == rows[i - 1]) shared.insert(rows[i]);
   }
   int groups = 0;
   for (PackedLinear* w : products) {
     bool alone = w->quantized();
-    for (int c = 0; alone && c < w->n(); ++c) alone = readers[w->quantRow(c)] == 1;
+    for (int c = 0; alone && c < w->n(); ++c) alone = shared.count(w->quantRow(c)) == 0;
     if (alone) groups += w->InterleaveQ4K();
   }
   return groups == 0 ? "" : "Q4_K rows interleaved in " + std::to_string(groups) + " groups of eight for the avx2 kernels";
