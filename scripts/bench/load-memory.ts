@@ -5,7 +5,7 @@
  * KV budget (SERVICE_KV_BUDGET_MB), load <= 2x reading the file.
  *
  *   node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [--runtime auto|native|torchscript]
- *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold]
+ *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold] [--kernels avx2]
  *
  * Each checkpoint loads in a child process of its own (VmRSS and VmHWM are per process), one at
  * a time. The file is read once to warm the page cache and then timed on a second read (into a
@@ -28,6 +28,7 @@ import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import type { KernelFamilyCap } from "../../src/native/types.js";
 import { numberFlag, parseFlags, stringFlag } from "./lib/args.js";
 import { storedTensorBytes } from "./lib/bandwidth.js";
 import { machineFacts } from "./lib/machine.js";
@@ -39,6 +40,7 @@ const usage = `usage: node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt..
   --kv-budget-mb N     KV budget (default 256, the engine's)
   --threads N          compute threads (default cores - 1)
   --tokens N           greedy tokens generated after load (default 8)
+  --kernels NAME       native kernel family cap (default auto; SERVICE_KERNELS's values)
   --cold               drop the checkpoint from the page cache before the read and each load`;
 
 interface ChildReport {
@@ -77,7 +79,7 @@ function status(): { rss: number; hwm: number } {
   return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
-async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string): Promise<void> {
+async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string, kernels: string): Promise<void> {
   const baseline = status().rss;
   const start = performance.now();
   const engine = await TorchEngine.load(path, {
@@ -85,6 +87,7 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
     kvBudgetMb,
     threads,
     loadCheckCache: cache,
+    kernels: kernels as KernelFamilyCap,
   });
   const loadSeconds = (performance.now() - start) / 1000;
   const after = status();
@@ -157,11 +160,11 @@ const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--child") {
-    const [, path, runtime, kv, threads, tokens, cache] = argv;
-    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!);
+    const [, path, runtime, kv, threads, tokens, cache, kernels] = argv;
+    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!, kernels ?? "auto");
     return;
   }
-  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold"]);
+  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold", "kernels"]);
   const cold = flags.get("cold") === true;
   const list = stringFlag(flags, "ckpt", "");
   if (!list) {
@@ -172,6 +175,7 @@ async function main(): Promise<void> {
   const kvBudgetMb = numberFlag(flags, "kv-budget-mb", 256);
   const threads = numberFlag(flags, "threads", Math.max(1, availableParallelism() - 1));
   const tokens = numberFlag(flags, "tokens", 8);
+  const kernels = stringFlag(flags, "kernels", "auto");
   const rows: Row[] = [];
   for (const checkpoint of list.split(",")) {
     const fileBytes = statSync(checkpoint).size;
@@ -180,7 +184,7 @@ async function main(): Promise<void> {
     else readSeconds(checkpoint); // warms the page cache
     const read = readSeconds(checkpoint);
     const cache = mkdtempSync(join(tmpdir(), "load-checks-"));
-    const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache];
+    const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache, kernels];
     const report = await runChild(checkpoint, args, cold);
     const later = await runChild(checkpoint, args, cold);
     rmSync(cache, { recursive: true, force: true });
