@@ -302,7 +302,7 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
   }
   type_ = rowTypes_[0];
   for (WeightType t : rowTypes_) {
-    if (t != WeightType::Q8_0 && t != WeightType::Q4_K && t != WeightType::Q6_K) {
+    if (!IsBlock32(t) && t != WeightType::Q4_K && t != WeightType::Q6_K) {
       throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight has a row of a float type");
     }
     if (k % BlockValues(t) != 0) {
@@ -343,6 +343,8 @@ WeightType WeightTypeOf(const std::string& dtype) {
   if (dtype == "q8_0") return WeightType::Q8_0;
   if (dtype == "q4_k") return WeightType::Q4_K;
   if (dtype == "q6_k") return WeightType::Q6_K;
+  if (dtype == "q4_0") return WeightType::Q4_0;
+  if (dtype == "q5_0") return WeightType::Q5_0;
   if (dtype == "bfloat16") return WeightType::BF16;
   if (dtype == "float16") return WeightType::F16;
   return WeightType::F32;

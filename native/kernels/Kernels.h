@@ -36,11 +36,16 @@ struct AlignedFloats {
 //         column c, the operand layout of AVX512_BF16's vdpbf16ps; widening the pair to two
 //         floats is a shift and a mask.
 //   F16:  panel[k * 16 + c] (16 halves, one vcvtph2ps).
-//   Q8_0, Q4_K, Q6_K: not packed: each output column's row is GGUF's, as the checkpoint
-//         stores it (see QuantKernels.h), read in place; the rows of one layer may mix types.
-// The 16-bit types need an even K (every real model's widths are); Q8_0 a multiple of 32,
-// the K-quants of 256.
-enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K };
+//   Q8_0, Q4_K, Q6_K, Q4_0, Q5_0: not packed: each output column's row is GGUF's, as the
+//         checkpoint stores it (see QuantKernels.h), read in place; the rows of one layer may
+//         mix types.
+// The 16-bit types need an even K (every real model's widths are); Q8_0, Q4_0 and Q5_0 a
+// multiple of 32, the K-quants of 256. (Q4_0 and Q5_0 come last so that kernels-ab.sh's base
+// build, from before them, reads the others' values alike.)
+enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 };
+
+// The quantized types of 32-value blocks (their products share the Q8_0 activations).
+inline bool IsBlock32(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q5_0; }
 
 // A Linear layer's weight [N, K] and bias [N], packed in panels of 16 output columns
 // (panel p holds W[16p .. 16p+15][k] for every k, column-interleaved), N padded to 16.
@@ -110,11 +115,11 @@ class PackedLinear {
   // the members above where they are.
   std::vector<uint8_t> grouped_;
   int groups_ = 0;
-  int rowsOf_[6] = {};  // by WeightType
+  int rowsOf_[8] = {};  // by WeightType
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",
-// "q4_k", "q6_k" -> Q8_0, Q4_K, Q6_K (a quantized module's qtype).
+// "q4_k", "q6_k", "q4_0", "q5_0" -> Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 (a quantized module's qtype).
 WeightType WeightTypeOf(const std::string& dtype);
 
 // IEEE half and bfloat16 conversions (round to nearest even), for packing and tests.

@@ -1,7 +1,8 @@
-// Matrix products with quantized weights (Q8_0, Q4_K, Q6_K), one copy per kernel family, each
+// Matrix products with quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K), one copy per kernel family, each
 // in the family's namespace (the QuantLinearPanels that KernelsBody.inc's LinearPanels calls).
-// The arithmetic is llama.cpp's (ggml_vec_dot_q8_0_q8_0, _q4_K_q8_K, _q6_K_q8_K): the
-// activations are quantized to 8 bits (Q8_0 per block of 32 for Q8_0 weights, Q8_K per 256 for
+// The arithmetic is llama.cpp's (ggml_vec_dot_q8_0_q8_0, _q4_0_q8_0, _q5_0_q8_0, _q4_K_q8_K,
+// _q6_K_q8_K): the activations are quantized to 8 bits (Q8_0 per block of 32 for the 32-value
+// weight types, whose blocks are unpacked to 32 signed bytes and multiplied as Q8_0's, Q8_K per 256 for
 // the K-quants), each block's product is an exact int32 sum, scaled by the product of the
 // scales and accumulated in float32. A call quantizes its rows once and reuses them for every
 // output column of its panels; a weight block is read once for up to four rows (Q8_0; eight on
@@ -26,7 +27,9 @@ namespace tsn {
 
 int BlockValues(WeightType type) {
   switch (type) {
-    case WeightType::Q8_0: return 32;
+    case WeightType::Q8_0:
+    case WeightType::Q4_0:
+    case WeightType::Q5_0: return 32;
     case WeightType::Q4_K:
     case WeightType::Q6_K: return 256;
     default: return 1;
@@ -36,6 +39,8 @@ int BlockValues(WeightType type) {
 int BlockBytes(WeightType type) {
   switch (type) {
     case WeightType::Q8_0: return 34;
+    case WeightType::Q4_0: return 18;
+    case WeightType::Q5_0: return 22;
     case WeightType::Q4_K: return 144;
     case WeightType::Q6_K: return 210;
     default: return 0;
@@ -111,12 +116,33 @@ void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out) {
   }
 }
 
-void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
+void Block32Values(WeightType type, const uint8_t* block, int8_t* out) {
   if (type == WeightType::Q8_0) {
+    std::memcpy(out, block + 2, 32);
+  } else if (type == WeightType::Q4_0) {
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<int8_t>((block[2 + j] & 0x0F) - 8);
+      out[16 + j] = static_cast<int8_t>((block[2 + j] >> 4) - 8);
+    }
+  } else {
+    uint32_t qh;
+    std::memcpy(&qh, block + 2, 4);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<int8_t>(((block[6 + j] & 0x0F) | ((qh >> j) & 1) << 4) - 16);
+      out[16 + j] = static_cast<int8_t>(((block[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+    }
+  }
+}
+
+void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
+  if (IsBlock32(type)) {
+    const int bytes = BlockBytes(type);
+    int8_t q[32];
     for (int b = 0; b < k / 32; ++b) {
-      const uint8_t* block = row + b * 34;
+      const uint8_t* block = row + b * bytes;
       const float d = HalfAt(block);
-      for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(block[2 + j]));
+      Block32Values(type, block, q);
+      for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(q[j]);
     }
   } else if (type == WeightType::Q4_K) {
     for (int b = 0; b < k / 256; ++b) {

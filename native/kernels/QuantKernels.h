@@ -1,8 +1,12 @@
 // Quantized weights: the layouts (as GGUF stores them, ggml's blocks) and the activation
 // blocks their products use. The products themselves are each family's LinearPanels
-// (QuantKernels.cc). A weight row of K values is K / 32 (Q8_0) or K / 256 (K-quants) blocks:
+// (QuantKernels.cc). A weight row of K values is K / 32 (Q8_0, Q4_0, Q5_0) or K / 256 (K-quants) blocks:
 //
 //   Q8_0 (34 bytes / 32 values): float16 d, int8 q[32]; value j = d * q[j].
+//   Q4_0 (18 bytes / 32): float16 d, 16 bytes qs; value j = d * ((qs[j] & 15) - 8) and value
+//        j + 16 = d * ((qs[j] >> 4) - 8), j < 16.
+//   Q5_0 (22 bytes / 32): float16 d, a little-endian uint32 qh, 16 bytes qs; Q4_0's nibbles
+//        with bit j of qh as the fifth bit of value j, less 16 rather than 8.
 //   Q4_K (144 bytes / 256): float16 d, float16 dmin, 12 bytes of 6-bit scales and mins of 8
 //        sub-blocks of 32 (ggml's get_scale_min_k4), 128 bytes of 4-bit q (sub-blocks 2i and
 //        2i+1 in the low and high nibbles of bytes 32i .. 32i+31); value = d * scale * q - dmin * min.
@@ -58,6 +62,9 @@ inline void UnpackQ4KScales(const uint8_t* s, uint8_t out[16]) {
   u[0] &= 0x3f3f3f3f;
   std::memcpy(out, u, 16);
 }
+
+// A block of a 32-value type (IsBlock32) -> its 32 values as signed bytes (d not applied).
+void Block32Values(WeightType type, const uint8_t* block, int8_t* out);
 
 // One weight row of k values of `type` -> floats.
 void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);

@@ -42,7 +42,7 @@ DecoderStepper::DecoderStepper(const NativeContext& context, const char* archite
     const c10::IValue bytes = m.value.attr("qweight");
     if (!qtype.isString() || !bytes.isTensor()) Mismatch(name + ": qtype or qweight of the wrong kind");
     const std::string type = qtype.toStringRef();
-    if (type != "q8_0" && type != "q4_k" && type != "q6_k") {
+    if (type != "q8_0" && type != "q4_k" && type != "q6_k" && type != "q4_0" && type != "q5_0") {
       Mismatch(name + " has the quantization \"" + type + "\", which the native runtime does not implement");
     }
     const char* width = m.value.hasattr("in_features") ? "in_features" : "embedding_dim";

@@ -2,7 +2,8 @@
 // noisy machine slows both alike (scripts/bench/kernels-ab.sh builds them and runs this).
 //   ab BASE.so HEAD.so FAMILY N K TYPE COPIES
 // Times KernelSet::linearPanels of an N x K weight (TYPE 0 float32, 1 bf16, 2 fp16, 3 Q8_0,
-// 4 Q4_K, 5 Q6_K: random blocks with small scales; COPIES distinct copies cycled so the
+// 4 Q4_K, 5 Q6_K, 6 Q4_0, 7 Q5_0 (6 and 7 need a base build that has them): random blocks with
+// small scales; COPIES distinct copies cycled so the
 // weights stream from memory as in a model) at 1 to 500 rows, one thread, and prints GFLOP/s
 // of each build and head / base. Both builds must pack weights alike (PackedLinear is this
 // program's own, the head's).
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/Kernels.h"
+#include "kernels/QuantKernels.h"
 #include "sides.h"
 
 using namespace tsn;
@@ -41,8 +43,12 @@ int main(int argc, char** argv) {
   const bool bothInterleaved = interleave && *interleaveMode == '2';
   if (type >= 3) {
     // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
-    const int block = wtype == WeightType::Q8_0 ? 32 : 256;
-    const int bytes = wtype == WeightType::Q8_0 ? 34 : wtype == WeightType::Q4_K ? 144 : 210;
+    const int block = IsBlock32(wtype) ? 32 : 256;
+    const int bytes = wtype == WeightType::Q8_0   ? 34
+                      : wtype == WeightType::Q4_0 ? 18
+                      : wtype == WeightType::Q5_0 ? 22
+                      : wtype == WeightType::Q4_K ? 144
+                                                  : 210;
     const size_t rowBytes = static_cast<size_t>(k / block) * bytes;
     for (int i = 0; i < copies; ++i) {
       auto data = std::make_shared<std::vector<uint8_t>>(rowBytes * n);
@@ -122,6 +128,32 @@ int main(int argc, char** argv) {
     }
     std::printf("head: interleaved against GGUF rows, largest relative difference %.2g\n", worst);
     if (worst > 1e-4) return 1;
+  }
+  if (wtype == WeightType::Q4_0 || wtype == WeightType::Q5_0) {
+    // A Q4_0 or Q5_0 block is multiplied as the Q8_0 block of its values and scale: the head's
+    // products of both must be the same bits.
+    const int blocks = k / 32, bytes = BlockBytes(wtype);
+    auto q8 = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * blocks * 34);
+    std::vector<const uint8_t*> rows(n);
+    for (int c = 0; c < n; ++c) {
+      rows[c] = q8->data() + static_cast<size_t>(c) * blocks * 34;
+      for (int b = 0; b < blocks; ++b) {
+        const uint8_t* from = m.quantRow(c) + static_cast<size_t>(b) * bytes;
+        uint8_t* to = q8->data() + (static_cast<size_t>(c) * blocks + b) * 34;
+        to[0] = from[0], to[1] = from[1];
+        Block32Values(wtype, from, reinterpret_cast<int8_t*>(to + 2));
+      }
+    }
+    const PackedLinear asQ8(rows, std::vector<WeightType>(n, WeightType::Q8_0), q8, bias.data(), n, k);
+    bool same = true;
+    std::vector<float> q8y(static_cast<size_t>(19) * n);
+    for (int count : {1, 2, 3, 5, 19}) {
+      sets[1]->linearPanels(x.data(), count, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);
+      sets[1]->linearPanels(x.data(), count, k, asQ8, q8y.data(), n, 0, m.panels(), Epilogue::Store);
+      same = same && std::equal(q8y.begin(), q8y.begin() + static_cast<size_t>(count) * n, y.begin());
+    }
+    std::printf("head: equal to the same values as Q8_0 blocks, bit for bit: %s\n", same ? "yes" : "NO");
+    if (!same) return 1;
   }
   int differ = 0;
   for (int rows : {2, 3, 5, 8, 9, 16, 19}) {
