@@ -1,7 +1,7 @@
 """Export a Hugging Face model directory, as downloaded, to a serving checkpoint
 (docs/checkpoint.md), then verify it.
 
-    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_k_m]
+    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_0|q4_k_m]
         [--context N]
 
 HF_DIR holds config.json (architectures: one of architectures.json's, LlamaForCausalLM,
@@ -447,8 +447,8 @@ def main(argv=None):
     ap.add_argument("hf_dir")
     ap.add_argument("out")
     ap.add_argument("--dtype", choices=sorted(DTYPES) + list(QTYPES),
-                    help="weights and KV cache dtype (default: the model's torch_dtype); q8_0 "
-                         "and q4_k_m quantize the matrices as llama.cpp's quantize does (GGUF "
+                    help="weights and KV cache dtype (default: the model's torch_dtype); q8_0, "
+                         "q4_0 and q4_k_m quantize the matrices as llama.cpp's quantize does (GGUF "
                          "layouts; norms, biases, activations and the KV cache float32)")
     ap.add_argument("--context", type=int,
                     help=f"context the server uses (default: min(max_position_embeddings, "

@@ -281,20 +281,44 @@ def _use_more_bits(layer: int, layers: int) -> bool:
     return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
-def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool) -> str:
-    """The type llama.cpp's quantize gives a llama.py matrix under `scheme` ("q8_0": every
-    matrix Q8_0; "q4_k_m": Q4_K, with Q6_K for the output head (the embedding table when
-    tied), and for attn_v and ffn_down in the layers use_more_bits picks)."""
-    if scheme == "q8_0":
-        return "q8_0"
-    if scheme != "q4_k_m":
+def tensor_type_fallback(qtype: str, width: int) -> Optional[str]:
+    """llama.cpp's tensor_type_fallback (llama-quant.cpp): a matrix whose input width is not
+    a multiple of its type's block takes a 32-value type instead (Q4_K -> Q5_0, Q6_K -> Q8_0;
+    a 32-value type keeps its type), and stays float (None; llama.cpp writes F16) when the
+    width is not a multiple of 32 either."""
+    from . import quant
+    if width % quant.BLOCKS[qtype][1]:
+        qtype = {"q4_k": "q5_0", "q6_k": "q8_0"}.get(qtype, qtype)
+        if width % quant.BLOCKS[qtype][1]:
+            return None
+    return qtype
+
+
+def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool,
+                       width: Optional[int] = None) -> Optional[str]:
+    """The type llama.cpp's quantize (llama_tensor_get_type) gives a llama.py matrix under
+    `scheme`, a llama.cpp file type:
+
+    - "q8_0": every matrix Q8_0.
+    - "q4_0": every matrix Q4_0, but the output head (the embedding table when tied) Q6_K.
+    - "q4_k_m": Q4_K, with Q6_K for the output head (the embedding table when tied) and for
+      attn_v and ffn_down in the layers use_more_bits picks.
+
+    With the matrix's input `width`, the fallback for a width that is not a multiple of the
+    type's block applies (tensor_type_fallback; None: the matrix stays float)."""
+    if scheme not in ("q8_0", "q4_0", "q4_k_m"):
         raise ValueError(f"unknown quantization scheme {scheme!r}")
+    qtype = "q8_0" if scheme == "q8_0" else "q4_0" if scheme == "q4_0" else "q4_k"
+    # The output head, and the token embedding when it is the head too: llama.cpp gives it
+    # Q6_K unless the file type's own type is Q8_0 (llama_tensor_get_type_impl's first branch).
     if name == "lm_head.weight" or (tied and name == "embed.weight"):
-        return "q6_k"
-    parts = name.split(".")
-    if parts[0] == "layers" and parts[2] in ("v_proj", "down_proj") and _use_more_bits(int(parts[1]), n_layer):
-        return "q6_k"
-    return "q4_k"
+        if qtype != "q8_0":
+            qtype = "q6_k"
+    elif scheme == "q4_k_m":
+        parts = name.split(".")
+        if parts[0] == "layers" and parts[2] in ("v_proj", "down_proj") and _use_more_bits(int(parts[1]), n_layer):
+            qtype = "q6_k"
+    return qtype if width is None else tensor_type_fallback(qtype, width)
 
 
 def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
@@ -302,20 +326,17 @@ def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
     output head) by quant.QuantLinear / QuantEmbedding of the types llama.cpp's quantize
     gives them under `scheme` (llama_tensor_qtype), in place; norms and biases stay float32
     as llama.cpp keeps them. A matrix whose input width is not a multiple of its type's block
-    falls back to Q8_0 (llama.cpp would use Q5_0/Q8_0), or stays float if not a multiple of 32.
-    Returns the names of the quantized weights."""
+    takes llama.cpp's fallback (Q4_K -> Q5_0, Q6_K -> Q8_0), or stays float if the width is
+    not a multiple of 32. Returns the names of the quantized weights."""
     from . import quant
     done: List[str] = []
     with torch.no_grad():
         for name, module in list(model.named_modules()):
             if not isinstance(module, (Linear, Embedding)):
                 continue
-            qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied)
-            width = module.weight.size(1)
-            if width % quant.BLOCKS[qtype][1]:
-                qtype = "q8_0"
-                if width % quant.BLOCKS[qtype][1]:
-                    continue
+            qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied, module.weight.size(1))
+            if qtype is None:
+                continue
             if isinstance(module, Embedding):
                 replacement = quant.QuantEmbedding.of(qtype, module.weight)
             else:

@@ -1,7 +1,7 @@
 """How much quantization changes a model's next-token distributions, as llama.cpp's
 `perplexity --kl-divergence` reports it, on fixed prompts.
 
-    /usr/bin/python3 scripts/model/quant_accuracy.py CKPT.pt [--schemes q8_0,q4_k_m] [--prompts 8]
+    /usr/bin/python3 scripts/model/quant_accuracy.py CKPT.pt [--schemes q8_0,q4_0,q4_k_m] [--prompts 8]
         [--prompt-tokens 32] [--new-tokens 32] [--json OUT.json]
 
 CKPT.pt: a float "llama" checkpoint (export_hf.py). Each scheme quantizes a copy of its

@@ -1,11 +1,11 @@
 """Random-weight models of real shapes for scripts/bench/vs-llamacpp.ts, each written as project
 checkpoints (float32 and bfloat16; gpt.py and llama.py, the models export_hf.py writes) and as
 GGUF (float32 and float16, by scripts/model/export_gguf.py --vocabulary ids) with the same
-weights; the llama models also quantized (q8_0 and q4_k_m: llama.py's quantize_llama, as
+weights; the llama models also quantized (q8_0, q4_0 and q4_k_m: llama.py's quantize_llama, as
 export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
 
     /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models] [--models gpt2-small,llama-135m,llama-1b]
-        [--precisions f32,bf16,q8_0,q4_k_m]
+        [--precisions f32,bf16,q8_0,q4_0,q4_k_m]
 
   gpt2-small:  GPT-2 small (124M): 12 layers, d=768, 12 heads, vocabulary 50257, context 1024.
   llama-135m:  SmolLM-135M's shape: 30 layers, d=576, 9 heads over 3 kv heads (GQA), SwiGLU
@@ -75,9 +75,10 @@ def llama_chat_2k():
                                     tie_word_embeddings=True))
 
 
-MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")), "llama-135m": (llama_135m, ("f32", "bf16", "q8_0", "q4_k_m")),
-          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_k_m"))}
-QUANTIZED = ("q8_0", "q4_k_m")
+MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")),
+          "llama-135m": (llama_135m, ("f32", "bf16", "q8_0", "q4_0", "q4_k_m")),
+          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_0", "q4_k_m"))}
+QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
 # Llama 2's tokenizer: <s> 1, </s> 2, a BOS in front of every prompt.
 LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_id": 1, "eos_token_id": 2,
                     "pad_token_id": None, "add_bos": True}
@@ -156,7 +157,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "bench", "models"))
     ap.add_argument("--models", default="gpt2-small,llama-135m,llama-1b")
     ap.add_argument("--llama-tokenizer", default="", help="Llama 2's tokenizer.json, for llama-chat-2k")
-    ap.add_argument("--precisions", default="f32,bf16,q8_0,q4_k_m")
+    ap.add_argument("--precisions", default="f32,bf16,q8_0,q4_0,q4_k_m")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")

@@ -1,10 +1,13 @@
 """quant.py (ggml's quantizers and GGUF layouts, the dequantizing TorchScript modules),
-llama.py's Q4_K_M mix, export_hf.py --dtype q8_0|q4_k_m, and GGUF: the reader, export_gguf.py
-of a quantized checkpoint and import_gguf.py back, with named errors for what it cannot serve."""
+llama.py's Q4_0 and Q4_K_M mixes, export_hf.py --dtype q8_0|q4_0|q4_k_m, and GGUF: the reader,
+export_gguf.py of a quantized checkpoint and import_gguf.py back, with named errors for what it
+cannot serve."""
 
+import glob
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -13,7 +16,8 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python")]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [HERE, os.path.join(ROOT, "python")]
 import make_hf_fixture  # noqa: E402
 from torchserve_node import export_gguf, export_hf, gguf, import_gguf, llama, quant  # noqa: E402
 
@@ -32,13 +36,51 @@ def golden_inputs() -> np.ndarray:
     return x.astype(np.float32)
 
 
-# sha256 of ggml's own output on golden_inputs(): quantize_row_q8_0_ref, quantize_row_q4_K_ref and
-# quantize_row_q6_K_ref of ggml-quants.c, compiled with gcc -O2 -ffp-contract=off.
+# sha256 of ggml's own output on golden_inputs(): quantize_row_q8_0_ref, quantize_row_q4_0_ref,
+# quantize_row_q5_0_ref, quantize_row_q4_K_ref and quantize_row_q6_K_ref of ggml-quants.c,
+# compiled with gcc -O2 -ffp-contract=off.
 GGML_SHA256 = {
     "q8_0": "e7677567bd031711a504fd34f8a6d2c26b926a6eef3e8d1895c658ec6825423e",
+    "q4_0": "dfef345b2e4811a63e16bd23d36379c6bdab09cf9108a56d240aa1957c05a4b6",
+    "q5_0": "626ce6d56235d4b2278be7ab1e7ac0fade353d1fb922752bd0021ec7a35ff555",
     "q4_k": "2925ce2293507cfd80c0b0b40743113f6a31abe97ad507fecac681093687c828",
     "q6_k": "6048ce66dad727987dd7274bf2f66a78559cf12b0124a46f71f4cbed39f28c59",
 }
+# sha256 of the float32 values ggml's dequantize_row_q4_0 / dequantize_row_q5_0 (same build)
+# make of those quantized rows: every value d * q is exact in float32, so ours must match.
+GGML_DEQUANTIZED_SHA256 = {
+    "q4_0": "33fde2711f4675d414f0a534d081effb537b67a305f2f8a1988eb83789a0f8a0",
+    "q5_0": "213619dcf635d6b50a58146febcff2d02a802d21cd4656ba8a039d09c3e75711",
+}
+
+
+def spec_values(qtype: str, row: np.ndarray) -> np.ndarray:
+    """One row of q4_0 / q5_0 blocks decoded one value at a time, as ggml-common.h's block layouts
+    define them (the independent reading the vectorised dequantization is checked against)."""
+    size = quant.BLOCKS[qtype][0]
+    out = []
+    for b in range(len(row) // size):
+        block = row[b * size:(b + 1) * size]
+        d = float(block[:2].view(np.float16)[0])
+        if qtype == "q4_0":
+            qs = block[2:]
+            lo = [(qs[j] & 0x0F) - 8 for j in range(16)]
+            hi = [(qs[j] >> 4) - 8 for j in range(16)]
+        else:
+            qh = int.from_bytes(block[2:6].tobytes(), "little")
+            qs = block[6:]
+            lo = [((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16 for j in range(16)]
+            hi = [((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16 for j in range(16)]
+        out += [q * d for q in lo + hi]
+    return np.array(out, np.float32)
+
+
+def llamacpp_library() -> str:
+    """node-llama-cpp's prebuilt libllama for this machine, or '' (scripts/bench/llamacpp_quantize.py
+    loads it)."""
+    arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    found = glob.glob(os.path.join(ROOT, "node_modules", "@node-llama-cpp", f"linux-{arch}", "bins", f"linux-{arch}", "libllama*.so"))
+    return found[0] if found else ""
 
 
 class QuantizerTest(unittest.TestCase):
@@ -48,6 +90,9 @@ class QuantizerTest(unittest.TestCase):
             out = quant.quantize(qtype, x)
             self.assertEqual(out.shape, (16, quant.row_bytes(qtype, 512)), qtype)
             self.assertEqual(hashlib.sha256(out.tobytes()).hexdigest(), digest, qtype)
+            if qtype in GGML_DEQUANTIZED_SHA256:
+                back = quant.dequantize(qtype, out, 512).numpy()
+                self.assertEqual(hashlib.sha256(back.tobytes()).hexdigest(), GGML_DEQUANTIZED_SHA256[qtype], qtype)
 
     def test_q8_0_block_layout(self):
         x = np.zeros((1, 32), np.float32)
@@ -59,10 +104,46 @@ class QuantizerTest(unittest.TestCase):
         self.assertEqual(list(q[:5]), [127, -64, 1, 2, 3])            # roundf: halves away from zero
         self.assertTrue((q[5:] == 0).all())
 
+    def test_q4_0_and_q5_0_block_layouts(self):
+        # q4_0: d = the value of largest magnitude / -8 (here -8 / -8 = 1), q = MIN(15,
+        # (int8_t)(x / d + 8.5)): halves round up, 7.9 clips to 15.
+        x = np.zeros((1, 32), np.float32)
+        x[0, :7] = [-8, 7, 0.5, -0.5, 1.5, -1.5, 7.9]
+        x[0, 16] = 3
+        b = quant.quantize_q4_0(x)[0]
+        self.assertEqual(len(b), 18)
+        self.assertEqual(b[:2].tobytes(), np.float16(1.0).tobytes())
+        q = [int(v) & 15 for v in b[2:]] + [int(v) >> 4 for v in b[2:]]   # value j, then j + 16
+        self.assertEqual(q[:7], [0, 15, 9, 8, 10, 7, 15])
+        self.assertEqual(q[16], 11)
+        self.assertEqual(list(quant.dequantize("q4_0", b[None], 32)[0, :7]), [-8, 7, 1, 0, 2, -1, 7])
+        # a positive extreme: d = 8 / -8 = -1, and 8 itself comes back exactly
+        x[0, 0] = 8
+        self.assertEqual(quant.quantize_q4_0(x)[0, :2].tobytes(), np.float16(-1.0).tobytes())
+        self.assertEqual(float(quant.dequantize("q4_0", quant.quantize_q4_0(x), 32)[0, 0]), 8.0)
+        # q5_0: 15 .. -16 (d = -16 / -16 = 1) are q = 31 .. 0; the fifth bits, set for the
+        # first 16 values, fill bits 0-15 of the little-endian qh.
+        x = (15 - np.arange(32, dtype=np.float32))[None]
+        b = quant.quantize_q5_0(x)[0]
+        self.assertEqual(len(b), 22)
+        self.assertEqual(b[:2].tobytes(), np.float16(1.0).tobytes())
+        self.assertEqual(list(b[2:6]), [0xFF, 0xFF, 0, 0])
+        self.assertEqual(list(b[6:]), [(15 - j) | ((15 - j) << 4) for j in range(16)])
+        self.assertTrue(np.array_equal(quant.dequantize("q5_0", b[None], 32).numpy(), x))
+        # arbitrary bytes (finite scales) decode as the layout defines each value
+        rng = np.random.default_rng(3)
+        for qtype in ("q4_0", "q5_0"):
+            rows = rng.integers(0, 256, (3, quant.row_bytes(qtype, 96)), dtype=np.uint8)
+            rows.reshape(3, 3, -1)[:, :, 1] &= 0xBF                       # d finite: |d| < 2
+            got = quant.dequantize(qtype, rows, 96).numpy()
+            self.assertTrue(np.array_equal(got, np.stack([spec_values(qtype, r) for r in rows])), qtype)
+        with self.assertRaisesRegex(quant.QuantError, "multiple of 32"):
+            quant.quantize("q5_0", torch.zeros(2, 48))
+
     def test_dequantize_error_bounds_and_torchscript_forward(self):
         g = torch.Generator().manual_seed(1)
         w = torch.randn(24, 512, generator=g) * 0.05
-        for qtype, bound in (("q8_0", 0.01), ("q6_k", 0.03), ("q4_k", 0.12)):
+        for qtype, bound in (("q8_0", 0.01), ("q6_k", 0.03), ("q5_0", 0.06), ("q4_k", 0.12), ("q4_0", 0.12)):
             layer = quant.QuantLinear.of(qtype, w)
             back = layer.dequantize()
             rel = float((back - w).pow(2).mean().sqrt() / w.pow(2).mean().sqrt())
@@ -83,6 +164,41 @@ class QuantizerTest(unittest.TestCase):
         self.assertEqual(llama.llama_tensor_qtype("q4_k_m", "lm_head.weight", layers, False), "q6_k")
         self.assertEqual(llama.llama_tensor_qtype("q4_k_m", "embed.weight", layers, False), "q4_k")
         self.assertEqual(llama.llama_tensor_qtype("q4_k_m", "embed.weight", layers, True), "q6_k")
+        # llama.cpp's fallback where the input width is not a multiple of 256 (SmolLM's 576):
+        # Q4_K -> Q5_0, Q6_K -> Q8_0; float where it is not a multiple of 32 either
+        def qtype(name, width, tied=False):
+            return llama.llama_tensor_qtype("q4_k_m", name, layers, tied, width)
+
+        self.assertEqual(qtype("layers.3.q_proj.weight", 576), "q5_0")
+        self.assertEqual(qtype("layers.0.down_proj.weight", 1536), "q6_k")
+        self.assertEqual(qtype("layers.0.down_proj.weight", 1600), "q8_0")
+        self.assertEqual(qtype("layers.0.v_proj.weight", 576), "q8_0")
+        self.assertEqual(qtype("lm_head.weight", 576), "q8_0")
+        self.assertEqual(qtype("embed.weight", 576, True), "q8_0")
+        self.assertEqual(qtype("embed.weight", 576), "q5_0")
+        self.assertEqual(qtype("layers.3.q_proj.weight", 512), "q4_k")
+        self.assertIsNone(qtype("layers.3.q_proj.weight", 100))
+        self.assertIsNone(qtype("lm_head.weight", 100))
+
+    def test_q4_0_mix_is_llama_cpps(self):
+        # LLAMA_FTYPE_MOSTLY_Q4_0: Q4_0 everywhere but the output head (the embedding table
+        # when tied), which gets Q6_K, or Q8_0 when its width is not a multiple of 256
+        layers = 16
+        def qtype(name, width=None, tied=False):
+            return llama.llama_tensor_qtype("q4_0", name, layers, tied, width)
+
+        for name in ("layers.0.down_proj.weight", "layers.1.v_proj.weight", "layers.5.q_proj.weight", "embed.weight"):
+            self.assertEqual(qtype(name), "q4_0", name)
+            self.assertEqual(qtype(name, 576), "q4_0", name)
+            self.assertIsNone(qtype(name, 100), name)
+        self.assertEqual(qtype("lm_head.weight"), "q6_k")
+        self.assertEqual(qtype("embed.weight", tied=True), "q6_k")
+        self.assertEqual(qtype("lm_head.weight", 2048), "q6_k")
+        self.assertEqual(qtype("lm_head.weight", 576), "q8_0")
+        self.assertEqual(qtype("embed.weight", 960, True), "q8_0")
+        self.assertIsNone(qtype("lm_head.weight", 100))
+        with self.assertRaisesRegex(ValueError, "q4_1"):
+            llama.llama_tensor_qtype("q4_1", "lm_head.weight", layers, False)
 
 
 class ExportImportTest(unittest.TestCase):
@@ -91,6 +207,8 @@ class ExportImportTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         spec = dict(make_hf_fixture.NATIVE_BASE, hidden=256, inter=512, kv=2)
         cls.src = make_hf_fixture.make("wide", cls.tmp.name, spec)
+        # widths 64 and 160, no multiples of 256: Q4_K_M's fallbacks Q5_0 and Q8_0 everywhere
+        cls.narrow = make_hf_fixture.make("narrow", cls.tmp.name, make_hf_fixture.NATIVE_BASE)
         cls.qwen = make_hf_fixture.make("qwen2", cls.tmp.name)
 
     @classmethod
@@ -101,15 +219,21 @@ class ExportImportTest(unittest.TestCase):
         return os.path.join(self.tmp.name, name)
 
     def test_export_records_the_quantization_and_verifies(self):
-        for scheme in ("q8_0", "q4_k_m"):
-            cfg = export_hf.export(self.src, self.path(scheme + ".pt"), dtype=scheme, quiet=True)
+        cases = [("wide", self.src, "q8_0", {"q8_0"}), ("wide", self.src, "q4_k_m", {"q4_k", "q6_k"}),
+                 ("wide", self.src, "q4_0", {"q4_0", "q6_k"}), ("narrow", self.narrow, "q4_k_m", {"q5_0", "q8_0"}),
+                 ("narrow", self.narrow, "q4_0", {"q4_0", "q8_0"})]
+        for tag, src, scheme, qtypes in cases:
+            out = self.path(f"{tag}-{scheme}.pt")
+            cfg = export_hf.export(src, out, dtype=scheme, quiet=True)
             self.assertEqual((cfg["dtype"], cfg["quantization"]), ("float32", scheme))
-            m = torch.jit.load(self.path(scheme + ".pt"))
+            m = torch.jit.load(out)
             types = {n: s.qtype for n, s in m.named_modules() if hasattr(s, "qtype")}
-            self.assertEqual(len(types), 2 * 7 + 2)                  # every matrix, embed and head
-            self.assertEqual(set(types.values()), {"q8_0"} if scheme == "q8_0" else {"q4_k", "q6_k"})
+            self.assertEqual(len(types), 2 * 7 + 2, (tag, scheme))    # every matrix, embed and head
+            self.assertEqual(set(types.values()), qtypes, (tag, scheme))
             names = {n for n, _ in m.named_parameters()}
             self.assertEqual(names, {f"layers.{i}.{n}.weight" for i in range(2) for n in ("attn_norm", "mlp_norm")} | {"norm.weight"})
+        self.assertEqual(types["lm_head"], "q8_0")                    # Q6_K's fallback at width 64
+        self.assertEqual(types["embed"], "q4_0")
         # a width that is no multiple of 32 stays float; GPT-2 is refused, naming the option
         cfg = export_hf.export(self.qwen, self.path("qwen-q8.pt"), dtype="q8_0", quiet=True)
         self.assertEqual(cfg["quantization"], "q8_0")
@@ -117,19 +241,20 @@ class ExportImportTest(unittest.TestCase):
         with self.assertRaisesRegex(export_hf.ExportError, "q8_0 is implemented for the llama family"):
             export_hf.export(gpt, self.path("gpt.pt"), dtype="q8_0", quiet=True)
 
-    def test_gguf_round_trip_keeps_every_byte_and_the_forward(self):
-        export_hf.export(self.src, self.path("rt.pt"), dtype="q4_k_m", quiet=True)
-        export_gguf.export(self.path("rt.pt"), self.path("rt.gguf"), quiet=True)
-        with gguf.GgufFile(self.path("rt.gguf")) as f:
+    def round_trip(self, src: str, scheme: str, tag: str):
+        """src exported as `scheme`, written as GGUF and imported back: (GGUF tensor types,
+        GGUF metadata, import's config, checkpoint, imported checkpoint)."""
+        ckpt, out, back = self.path(tag + ".pt"), self.path(tag + ".gguf"), self.path(tag + "-back.pt")
+        export_hf.export(src, ckpt, dtype=scheme, quiet=True)
+        export_gguf.export(ckpt, out, quiet=True)
+        with gguf.GgufFile(out) as f:
             self.assertEqual(f.version, 3)
-            self.assertEqual(f.tensors["blk.1.ffn_down.weight"].type_name, "Q6_K")
-            self.assertEqual(f.tensors["blk.0.ffn_down.weight"].type_name, "Q4_K")
-            self.assertEqual(f.tensors["output.weight"].shape, (259, 256))
-            self.assertEqual(f.metadata["general.file_type"], 15)
-        cfg = import_gguf.import_gguf(self.path("rt.gguf"), self.path("back.pt"), quiet=True)
-        self.assertEqual((cfg["quantization"], cfg["dtype"], cfg["gguf_architecture"]), ("q4_k_m", "float32", "llama"))
-        self.assertEqual(cfg["tokenizer"]["bos_token_id"], 1)
-        a, b = torch.jit.load(self.path("rt.pt")), torch.jit.load(self.path("back.pt"))
+            types = {n: t.type_name for n, t in f.tensors.items()}
+            md = dict(f.metadata)
+        cfg = import_gguf.import_gguf(out, back, quiet=True)
+        return types, md, cfg, torch.jit.load(ckpt), torch.jit.load(back)
+
+    def assert_same_bytes_and_forward(self, a, b):
         qa = {n: s.qweight for n, s in a.named_modules() if hasattr(s, "qtype")}
         qb = {n: s.qweight for n, s in b.named_modules() if hasattr(s, "qtype")}
         self.assertEqual(set(qa), set(qb))
@@ -139,6 +264,56 @@ class ExportImportTest(unittest.TestCase):
         la, _ = a(idx, torch.tensor([0]), torch.tensor([5]), torch.zeros(a.cache_shape(1)))
         lb, _ = b(idx, torch.tensor([0]), torch.tensor([5]), torch.zeros(b.cache_shape(1)))
         self.assertTrue(torch.equal(la, lb))
+
+    def test_gguf_round_trip_keeps_every_byte_and_the_forward(self):
+        types, md, cfg, a, b = self.round_trip(self.src, "q4_k_m", "rt")
+        self.assertEqual(types["blk.1.ffn_down.weight"], "Q6_K")
+        self.assertEqual(types["blk.0.ffn_down.weight"], "Q4_K")
+        self.assertEqual(md["general.file_type"], 15)
+        self.assertEqual((cfg["quantization"], cfg["dtype"], cfg["gguf_architecture"]), ("q4_k_m", "float32", "llama"))
+        self.assertEqual(cfg["tokenizer"]["bos_token_id"], 1)
+        self.assert_same_bytes_and_forward(a, b)
+        with gguf.GgufFile(self.path("rt.gguf")) as f:
+            self.assertEqual(f.tensors["output.weight"].shape, (259, 256))  # [vocab, hidden]
+
+    def test_gguf_round_trip_of_q4_0_and_q5_0(self):
+        # Q4_0 (llama.cpp's file type 2), Q6_K head
+        types, md, cfg, a, b = self.round_trip(self.src, "q4_0", "rt40")
+        self.assertEqual(md["general.file_type"], 2)
+        self.assertEqual(set(types.values()), {"Q4_0", "Q6_K", "F32"})
+        self.assertEqual((types["output.weight"], types["blk.0.attn_q.weight"]), ("Q6_K", "Q4_0"))
+        self.assertEqual(cfg["quantization"], "q4_0")
+        self.assert_same_bytes_and_forward(a, b)
+        # Q4_K_M of widths 64 and 160: the Q5_0 and Q8_0 a real Q4_K_M file of such a model holds
+        types, md, cfg, a, b = self.round_trip(self.narrow, "q4_k_m", "rt50")
+        self.assertEqual(md["general.file_type"], 15)
+        self.assertEqual(set(types.values()), {"Q5_0", "Q8_0", "F32"})
+        self.assertEqual((types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]), ("Q5_0", "Q8_0"))
+        self.assertEqual(cfg["quantization"], "q4_k_m")
+        self.assert_same_bytes_and_forward(a, b)
+
+    @unittest.skipUnless(llamacpp_library(), "node-llama-cpp's prebuilt libllama is not installed")
+    def test_llama_cpps_quantizer_makes_the_same_file(self):
+        # llama.cpp's own llama_model_quantize (scripts/bench/llamacpp_quantize.py) on the
+        # float32 GGUF of the same model: the same type for every tensor, the same bytes
+        for tag, src in (("wide", self.src), ("narrow", self.narrow)):
+            export_hf.export(src, self.path(tag + "-f32.pt"), dtype="float32", quiet=True)
+            export_gguf.export(self.path(tag + "-f32.pt"), self.path(tag + "-f32.gguf"), quiet=True)
+            for scheme in ("q4_0", "q4_k_m"):
+                ours = self.path(f"{tag}-{scheme}-ours.gguf")
+                theirs = self.path(f"{tag}-{scheme}-llama.gguf")
+                export_hf.export(src, self.path(f"{tag}-{scheme}-ours.pt"), dtype=scheme, quiet=True)
+                export_gguf.export(self.path(f"{tag}-{scheme}-ours.pt"), ours, quiet=True)
+                run = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "llamacpp_quantize.py"),
+                                      self.path(tag + "-f32.gguf"), theirs, "--type", scheme, "--threads", "1"],
+                                     capture_output=True, text=True)
+                self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+                with gguf.GgufFile(ours) as x, gguf.GgufFile(theirs) as y:
+                    self.assertEqual({n: t.type_name for n, t in x.tensors.items()},
+                                     {n: t.type_name for n, t in y.tensors.items()}, (tag, scheme))
+                    for n in x.tensors:
+                        self.assertTrue(np.array_equal(np.asarray(x.data(n)).view(np.uint8),
+                                                       np.asarray(y.data(n)).view(np.uint8)), (tag, scheme, n))
 
     def test_tokenizer_from_metadata(self):
         export_hf.export(self.qwen, self.path("qw.pt"), quiet=True)
