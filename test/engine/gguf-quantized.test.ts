@@ -1,6 +1,8 @@
 /**
  * Quantized weights against llama.cpp on the same bytes: a tiny random Llama (widths that are
- * multiples of 256, for the K-quants) exported by export_hf.py --dtype q8_0 and q4_k_m, written
+ * multiples of 256, for the K-quants) exported by export_hf.py --dtype q8_0, q4_k_m and q4_0, and
+ * a narrower one (64 and 160 wide: Q5_0 and Q8_0 where a Q4_K_M file's widths are not
+ * multiples of 256) in q4_k_m, written
  * to GGUF by export_gguf.py (the checkpoint's GGUF rows as they are) and imported back by
  * import_gguf.py; a Qwen2 with a byte-level BPE tokenizer the same way in q8_0.
  *
@@ -32,7 +34,9 @@ import { repoRoot } from "../helpers/fixtures.js";
 const PROMPTS = [[10, 20, 30, 40], [50, 60], [7], [100, 101, 102, 103, 104, 105, 106, 107]];
 const TEXTS = ["the cat sat on the mat", "hello world, héllo ☃ 😀", "  two  spaces\nand a line"];
 const MAX_NEW = 12;
-const MODELS = ["wide-q8_0", "wide-q4_k_m", "qwen2-q8_0"];
+// gqa-q4_k_m: llama.cpp's Q4_K_M of 64- and 160-wide matrices, which are Q5_0 and Q8_0 (its
+// fallback where a width is not a multiple of 256), as in real files of Qwen2.5-0.5B or SmolLM2.
+const MODELS = ["wide-q8_0", "wide-q4_k_m", "qwen2-q8_0", "wide-q4_0", "gqa-q4_k_m"];
 
 interface ReferenceRow {
   output_ids: number[];
@@ -68,7 +72,7 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       releaseModuleWeights: release,
     });
     expect(choice.runtime, choice.note).to.equal("native");
-    const interleaved = release && kernels === "avx2" && path.includes("q4_k");
+    const interleaved = release && kernels === "avx2" && path.includes("wide-q4_k"); // gqa-q4_k_m has no Q4_K rows
     expect(choice.note ?? "", path).to.match(interleaved ? /Q4_K rows interleaved in \d+ groups/ : /^(?!.*interleaved)/);
     const rows = PROMPTS.map((p) => ({ tokens: Int32Array.from(p), maxNewTokens: MAX_NEW, sampling: { temperature: 0, topK: 0, seed: -1 } }));
     return (await model.generate(rows, null).result).map((o) => Array.from(o));
@@ -94,7 +98,9 @@ from torchserve_node import export_gguf, export_hf, import_gguf
 out = sys.argv[1]
 wide = make_hf_fixture.make("llama-wide", out, make_hf_fixture.QUANT_SPECS["llama-wide"])
 qwen = make_hf_fixture.make("qwen2", out)
-for name, src, scheme in (("wide-q8_0", wide, "q8_0"), ("wide-q4_k_m", wide, "q4_k_m"), ("qwen2-q8_0", qwen, "q8_0")):
+gqa = make_hf_fixture.make("llama-gqa", out, make_hf_fixture.NATIVE_SPECS["llama-gqa"])
+for name, src, scheme in (("wide-q8_0", wide, "q8_0"), ("wide-q4_k_m", wide, "q4_k_m"), ("qwen2-q8_0", qwen, "q8_0"),
+                          ("wide-q4_0", wide, "q4_0"), ("gqa-q4_k_m", gqa, "q4_k_m")):
     pt = os.path.join(out, name + ".pt")
     export_hf.export(src, pt, dtype=scheme, quiet=True)
     export_gguf.export(pt, os.path.join(out, name + ".gguf"), quiet=True)

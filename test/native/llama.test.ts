@@ -47,6 +47,8 @@ const variants = [
   "llama-gqa-q8_0",
   "qwen-bias-tied-q8_0",
   "llama-wide-q4_k_m",
+  "llama-gqa-q4_k_m",
+  "llama-wide-q4_0",
 ];
 /**
  * TEST_DEVICE (default "cpu"): the device of the TorchScript arm. scripts/gpu-check.sh runs
@@ -148,7 +150,8 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           });
           expect(choice.runtime, choice.note).to.equal(runtime);
           if (kernels) expect(choice.kernels).to.equal(kernels);
-          const interleaved = runtime === "native" && choice.kernels === "avx2" && name.includes("q4_k");
+          // (llama-gqa-q4_k_m has no Q4_K rows: its widths give it Q5_0 and Q8_0.)
+          const interleaved = runtime === "native" && choice.kernels === "avx2" && name === "llama-wide-q4_k_m";
           expect(choice.note ?? "", label).to.match(interleaved ? /Q4_K rows interleaved in \d+ groups/ : /^(?!.*interleaved)/);
 
           const sixteen = checkpoint.dtype !== "float32";
@@ -206,10 +209,10 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
     }
   }
 
-  // The quantized products take up to four rows a call for Q8_0 weights and sixteen for the
-  // K-quants (a super-block unpacked once for all of them): a batch wider than both, and prompts
-  // longer, must still give every row what it gets alone.
-  for (const name of ["llama-gqa-q8_0", "llama-wide-q4_k_m"]) {
+  // The quantized products take up to four rows a call for the 32-value types (eight on the
+  // AVX-512 families) and sixteen for the K-quants (a super-block unpacked once for all of them):
+  // a batch wider than both, and prompts longer, must still give every row what it gets alone.
+  for (const name of ["llama-gqa-q8_0", "llama-wide-q4_k_m", "llama-gqa-q4_k_m", "llama-wide-q4_0"]) {
     for (const kernels of addon.kernelFamilies) {
       it(`${name}, native ${kernels}: 19 rows decoding together each get their tokens alone`, async () => {
         const checkpoint = reference[name]!;

@@ -23,12 +23,12 @@ export function weightBytes(config: Record<string, unknown>, bytesPerWeight: num
   return bytesPerWeight * (L! * perLayer + V! * d!);
 }
 
-/** Bytes per weight of each storage: Q8_0 34 per 32; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix). */
-export const BYTES_PER_WEIGHT = { float32: 4, bfloat16: 2, float16: 2, q8_0: 34 / 32, q4_k_m: 4.85 / 8 } as const;
+/** Bytes per weight of each storage: Q8_0 34 per 32, Q4_0 18; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix). */
+export const BYTES_PER_WEIGHT = { float32: 4, bfloat16: 2, float16: 2, q8_0: 34 / 32, q4_0: 18 / 32, q4_k_m: 4.85 / 8 } as const;
 
 /** Bytes per weight of a checkpoint's config.json: its quantization, else its dtype. */
 export function bytesPerWeight(config: Record<string, unknown>): number {
-  if (config.quantization === "q8_0" || config.quantization === "q4_k_m") return BYTES_PER_WEIGHT[config.quantization];
+  if (config.quantization === "q8_0" || config.quantization === "q4_0" || config.quantization === "q4_k_m") return BYTES_PER_WEIGHT[config.quantization];
   return config.dtype === "float32" || config.dtype === undefined ? BYTES_PER_WEIGHT.float32 : BYTES_PER_WEIGHT.bfloat16;
 }
 
@@ -48,9 +48,9 @@ export function storedTensorBytes(path: string): number {
  * Bytes a batch-1 decode step of the checkpoint at `path` streams: its stored tensors (a head
  * tied to the embeddings is one storage, read by every step) less GPT-2's position table, which
  * a step only gathers from. This counts each matrix in the storage it really has: a Q4_K_M file
- * keeps some matrices in Q6_K and, where a width is not a multiple of 256, in Q8_0 (the 135M
- * shape's d = 576 matrices), so the nominal 4.85 bits a weight undercounts it (134 MB against
- * 82 there, 800 against 749 at 1B). An untied embedding table is not streamed and its storage is
+ * keeps some matrices in Q6_K and, where a width is not a multiple of 256, in Q5_0 and Q8_0
+ * (the 135M shape's d = 576 matrices), so the nominal 4.85 bits a weight undercounts it (800 MB
+ * against 749 at 1B). An untied embedding table is not streamed and its storage is
  * not known here: such a checkpoint gets weightBytesPerToken's nominal count instead.
  */
 export function streamedWeightBytes(path: string, config: Record<string, unknown>): number {
