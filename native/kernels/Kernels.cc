@@ -271,7 +271,7 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
 void PackedLinear::Row(int row, float* out) const {
   const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
   const int c = row % 16;
-  if (grouped(row)) throw std::logic_error("PackedLinear::Row of an interleaved Q4_K row: a looked-up table is not interleaved");
+  if (grouped(row)) throw std::logic_error("PackedLinear::Row of an interleaved row: a looked-up table is not interleaved");
   if (quantized()) {
     DequantizeRow(rowTypes_[row], rows_[row], k_, out);
     return;
@@ -318,24 +318,32 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
   if (bias) std::memcpy(bias_.get(), bias, sizeof(float) * n);
 }
 
-int PackedLinear::InterleaveQ4K() {
-  if (!quantized() || groups_ > 0) return 0;
-  const size_t rowBytes = RowBytes(WeightType::Q4_K, k_);
-  std::vector<uint8_t> grouped(n_, 0);
+int PackedLinear::InterleaveQ4K() { return Interleave(WeightType::Q4_K); }
+
+int PackedLinear::InterleaveQ4_0() { return Interleave(WeightType::Q4_0); }
+
+int PackedLinear::Interleave(WeightType type) {
+  if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
+  const size_t rowBytes = RowBytes(type, k_);
+  if (grouped_.empty()) grouped_.assign(n_, 0);
   int groups = 0;
   for (int c = 0; c + kQ4KGroupRows <= n_; c += kQ4KGroupRows) {
     bool fits = true;
     for (int j = 0; j < kQ4KGroupRows && fits; ++j) {
-      fits = rowTypes_[c + j] == WeightType::Q4_K && rows_[c + j] == rows_[c] + rowBytes * j;
+      fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j;
     }
     if (!fits) continue;
-    InterleaveQ4KRows(const_cast<uint8_t*>(rows_[c]), k_ / 256);
-    std::fill(grouped.begin() + c, grouped.begin() + c + kQ4KGroupRows, 1);
-    rowsOf_[static_cast<int>(WeightType::Q4_K)] -= kQ4KGroupRows;
+    if (type == WeightType::Q4_K) {
+      InterleaveQ4KRows(const_cast<uint8_t*>(rows_[c]), k_ / 256);
+    } else {
+      InterleaveQ4_0Rows(const_cast<uint8_t*>(rows_[c]), k_ / 32);
+    }
+    std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ4KGroupRows, 1);
+    rowsOf_[static_cast<int>(type)] -= kQ4KGroupRows;
     ++groups;
   }
-  grouped_ = std::move(grouped);
-  groups_ = groups;
+  groups_ += groups;
+  groupsOf_[static_cast<int>(type)] = groups;
   return groups;
 }
 

@@ -91,9 +91,13 @@ class PackedLinear {
   // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
   // of groups made. Every family's products read both layouts.
   int InterleaveQ4K();
-  // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's).
+  // The same for the Q4_0 rows (InterleaveQ4_0Rows).
+  int InterleaveQ4_0();
+  // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
+  // rowType(c) its type).
   bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }
   int groups() const { return groups_; }
+  int groupsOf(WeightType t) const { return groupsOf_[static_cast<int>(t)]; }
   // Rows of a quantized type outside interleaved groups (a product's passes over the columns
   // run only for the types it has: the 128K-column head of a Llama 3 is all Q6_K).
   int rowsOf(WeightType t) const { return rowsOf_[static_cast<int>(t)]; }
@@ -116,6 +120,9 @@ class PackedLinear {
   std::vector<uint8_t> grouped_;
   int groups_ = 0;
   int rowsOf_[8] = {};  // by WeightType
+  int groupsOf_[8] = {};
+
+  int Interleave(WeightType type);
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",

@@ -220,6 +220,19 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
   }
 }
 
+void InterleaveQ4_0Rows(uint8_t* rows, int blocks) {
+  const size_t rowBytes = static_cast<size_t>(blocks) * 18;
+  std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
+  for (int b = 0; b < blocks; ++b) {
+    uint8_t* g = rows + static_cast<size_t>(b) * kQ4_0GroupBlockBytes;
+    for (int c = 0; c < kQ4KGroupRows; ++c) {
+      const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * 18;
+      std::memcpy(g + 2 * c, block, 2);
+      for (int j = 0; j < 4; ++j) std::memcpy(g + 16 + 32 * j + 4 * c, block + 2 + 4 * j, 4);
+    }
+  }
+}
+
 }  // namespace tsn
 
 #pragma GCC push_options

@@ -92,4 +92,16 @@ constexpr int kQ4KGroupBlockBytes = kQ4KGroupRows * 144;
 // `rows`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved in place.
 void InterleaveQ4KRows(uint8_t* rows, int blocks);
 
+// Q4_0 rows in groups of eight, interleaved the same way (the avx2 family's layout; see
+// PackedLinear::InterleaveQ4_0): a product's lanes are the eight columns, each block's 32
+// values summed in int16 (8 x 2 x 15 x 127 = 30,480 at most) and scaled once for the eight.
+// The eight blocks b of the rows become the 144 bytes (8 x 18) at b * 144:
+//
+//   [0, 16)     the eight rows' float16 d
+//   [16, 144)   the 4-bit values: the 32 bytes at 16 + 32j hold bytes 4j..4j+3 of each row's 16
+//               (row c at 4c): values 4j..4j+3 in the low nibbles, 16+4j..16+4j+3 in the high.
+constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * 18;
+// `rows`: eight contiguous Q4_0 rows of `blocks` blocks, interleaved in place.
+void InterleaveQ4_0Rows(uint8_t* rows, int blocks);
+
 }  // namespace tsn

@@ -33,9 +33,10 @@ class DecoderStepper : public Stepper {
   void CopyRow(int64_t from, int64_t to, int64_t positions) override;
   bool RetainsCache() const override { return true; }
   void End() override {}
-  // On the avx2 family: the Q4_K matrices' rows interleaved in groups of eight
-  // (PackedLinear::InterleaveQ4K), on which that family's products ran 1.03-1.38x faster
-  // (docs/benchmarks.md section 7). A quantized row two matrices share stays as it is.
+  // The Q4_K matrices' rows interleaved in groups of eight on the avx2 family
+  // (PackedLinear::InterleaveQ4K; its products ran 1.03-1.38x faster), and the Q4_0 ones on
+  // every SIMD family (InterleaveQ4_0; 1.06-2.6x); docs/benchmarks.md section 7. A quantized
+  // row two matrices share stays as it is.
   std::string OwnWeights() override;
 
  protected:

@@ -12,10 +12,10 @@
  *   in float16), so apart from near-ties the tokens match: each prompt's first difference must
  *   fall at a step where the checkpoint's own (dequantizing, float32) forward puts its best two
  *   logits within 5% of the largest |logit| (these random models have many such steps), and
- *   at least 60% of all tokens must agree (37-48 of 48 did where this was written). The avx2
+ *   at least 60% of all tokens must agree (37-48 of 48 did where this was written). Every SIMD
  *   family runs twice: on the GGUF rows, and with the module's weights released as TorchEngine
- *   releases them, when its Q4_K rows are interleaved in groups of eight (the configure note
- *   must say so).
+ *   releases them, when the Q4_0 rows (and on the avx2 family the Q4_K rows) are interleaved in
+ *   groups of eight (the configure note must say so).
  * - The checkpoint imported from the GGUF file generates exactly the exported checkpoint's tokens
  *   (the same bytes after undoing llama.cpp's q/k row permutation), and its tokenizer, rebuilt
  *   from the GGUF metadata, tokenizes text as llama.cpp does.
@@ -55,8 +55,8 @@ function python(code: string, ...args: string[]): string {
   return result.stdout;
 }
 
-// `release`: configured as TorchEngine configures it (the module's weights released), so that on
-// the avx2 family the Q4_K rows are interleaved in groups of eight, its products' own layout.
+// `release`: configured as TorchEngine configures it (the module's weights released), so that the
+// Q4_0 rows (and on the avx2 family the Q4_K rows) are interleaved in groups of eight.
 async function nativeGreedy(path: string, kernels: KernelFamily, release = false): Promise<number[][]> {
   const model = await loadAddon().loadLanguageModel(path, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
   try {
@@ -72,8 +72,15 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       releaseModuleWeights: release,
     });
     expect(choice.runtime, choice.note).to.equal("native");
-    const interleaved = release && kernels === "avx2" && path.includes("wide-q4_k"); // gqa-q4_k_m has no Q4_K rows
-    expect(choice.note ?? "", path).to.match(interleaved ? /Q4_K rows interleaved in \d+ groups/ : /^(?!.*interleaved)/);
+    // Q4_K rows on the avx2 family (gqa-q4_k_m has none), Q4_0 rows on every SIMD family.
+    const interleaved = !release || kernels === "baseline"
+      ? null
+      : path.includes("wide-q4_k") && kernels === "avx2"
+        ? /Q4_K rows interleaved in \d+ groups/
+        : path.includes("q4_0")
+          ? /Q4_0 rows interleaved in \d+ groups/
+          : null;
+    expect(choice.note ?? "", path).to.match(interleaved ?? /^(?!.*interleaved)/);
     const rows = PROMPTS.map((p) => ({ tokens: Int32Array.from(p), maxNewTokens: MAX_NEW, sampling: { temperature: 0, topK: 0, seed: -1 } }));
     return (await model.generate(rows, null).result).map((o) => Array.from(o));
   } finally {
@@ -149,9 +156,12 @@ print(json.dumps(out))
 
   // Every family on the GGUF rows, and the avx2 family also on its interleaved layout.
   const families = loadAddon().kernelFamilies;
-  const arms = [...families.map((kernels) => ({ kernels, release: false })), ...(families.includes("avx2") ? [{ kernels: "avx2" as KernelFamily, release: true }] : [])];
+  const arms = [
+    ...families.map((kernels) => ({ kernels, release: false })),
+    ...families.filter((kernels) => kernels !== "baseline").map((kernels) => ({ kernels, release: true })),
+  ];
   for (const { kernels, release } of arms) {
-    it(`native ${kernels}${release ? " (weights released: Q4_K interleaved)" : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
+    it(`native ${kernels}${release ? ` (weights released: ${kernels === "avx2" ? "Q4_K and " : ""}Q4_0 interleaved)` : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
       for (const [i, name] of MODELS.entries()) {
         const ours = await nativeGreedy(join(dir, `${name}.pt`), kernels, release);
         const imported = await nativeGreedy(join(dir, `${name}-imported.pt`), kernels, release);
