@@ -320,7 +320,7 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
 
 int PackedLinear::InterleaveQ4K() { return Interleave(WeightType::Q4_K); }
 
-int PackedLinear::InterleaveQ4_0() { return Interleave(WeightType::Q4_0); }
+int PackedLinear::InterleaveBlock32() { return Interleave(WeightType::Q4_0) + Interleave(WeightType::Q5_0); }
 
 int PackedLinear::Interleave(WeightType type) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
@@ -333,10 +333,13 @@ int PackedLinear::Interleave(WeightType type) {
       fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j;
     }
     if (!fits) continue;
+    uint8_t* at = const_cast<uint8_t*>(rows_[c]);
     if (type == WeightType::Q4_K) {
-      InterleaveQ4KRows(const_cast<uint8_t*>(rows_[c]), k_ / 256);
+      InterleaveQ4KRows(at, k_ / 256);
+    } else if (type == WeightType::Q4_0) {
+      InterleaveQ4_0Rows(at, k_ / 32);
     } else {
-      InterleaveQ4_0Rows(const_cast<uint8_t*>(rows_[c]), k_ / 32);
+      InterleaveQ5_0Rows(at, k_ / 32);
     }
     std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ4KGroupRows, 1);
     rowsOf_[static_cast<int>(type)] -= kQ4KGroupRows;

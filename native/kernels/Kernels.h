@@ -91,8 +91,8 @@ class PackedLinear {
   // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
   // of groups made. Every family's products read both layouts.
   int InterleaveQ4K();
-  // The same for the Q4_0 rows (InterleaveQ4_0Rows).
-  int InterleaveQ4_0();
+  // The same for the Q4_0 and Q5_0 rows (InterleaveQ4_0Rows, InterleaveQ5_0Rows).
+  int InterleaveBlock32();
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
   // rowType(c) its type).
   bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }

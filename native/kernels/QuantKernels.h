@@ -104,4 +104,10 @@ constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * 18;
 // `rows`: eight contiguous Q4_0 rows of `blocks` blocks, interleaved in place.
 void InterleaveQ4_0Rows(uint8_t* rows, int blocks);
 
+// Q5_0 rows likewise (8 x 22 bytes a block): the eight d at [0, 16); at [16, 48) the fifth bits,
+// byte 4c + k holding row c's for value 4j + k at bit j and for value 16 + 4j + k at bit 4 + j
+// (j = 0..3); the nibbles at [48, 176) as Q4_0's at [16, 144).
+constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * 22;
+void InterleaveQ5_0Rows(uint8_t* rows, int blocks);
+
 }  // namespace tsn

@@ -192,7 +192,7 @@ int64_t DecoderStepper::SlotBudget() const {
 
 std::string DecoderStepper::OwnWeights() {
   // Q4_K groups on the avx2 family only (the AVX-512 families' pair kernels beat them from two
-  // rows up); Q4_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
+  // rows up); Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
@@ -208,18 +208,18 @@ std::string DecoderStepper::OwnWeights() {
   for (size_t i = 1; i < rows.size(); ++i) {
     if (rows[i] == rows[i - 1]) shared.insert(rows[i]);
   }
-  int groups = 0, groups4_0 = 0;
+  int groups = 0, groups32 = 0;
   for (PackedLinear* w : products) {
     bool alone = w->quantized();
     for (int c = 0; alone && c < w->n(); ++c) alone = shared.count(w->quantRow(c)) == 0;
     if (!alone) continue;
     if (q4k) groups += w->InterleaveQ4K();
-    groups4_0 += w->InterleaveQ4_0();
+    groups32 += w->InterleaveBlock32();
   }
   std::string note;
   if (groups > 0) note = "Q4_K rows interleaved in " + std::to_string(groups) + " groups of eight for the avx2 kernels";
-  if (groups4_0 > 0) {
-    note += (note.empty() ? "" : "; ") + std::string("Q4_0 rows interleaved in ") + std::to_string(groups4_0) +
+  if (groups32 > 0) {
+    note += (note.empty() ? "" : "; ") + std::string("Q4_0/Q5_0 rows interleaved in ") + std::to_string(groups32) +
             " groups of eight for the " + family + " kernels";
   }
   return note;

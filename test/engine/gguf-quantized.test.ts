@@ -14,8 +14,8 @@
  *   logits within 5% of the largest |logit| (these random models have many such steps), and
  *   at least 60% of all tokens must agree (37-48 of 48 did where this was written). Every SIMD
  *   family runs twice: on the GGUF rows, and with the module's weights released as TorchEngine
- *   releases them, when the Q4_0 rows (and on the avx2 family the Q4_K rows) are interleaved in
- *   groups of eight (the configure note must say so).
+ *   releases them, when the Q4_0 and Q5_0 rows (and on the avx2 family the Q4_K rows) are
+ *   interleaved in groups of eight (the configure note must say so).
  * - The checkpoint imported from the GGUF file generates exactly the exported checkpoint's tokens
  *   (the same bytes after undoing llama.cpp's q/k row permutation), and its tokenizer, rebuilt
  *   from the GGUF metadata, tokenizes text as llama.cpp does.
@@ -56,7 +56,7 @@ function python(code: string, ...args: string[]): string {
 }
 
 // `release`: configured as TorchEngine configures it (the module's weights released), so that the
-// Q4_0 rows (and on the avx2 family the Q4_K rows) are interleaved in groups of eight.
+// Q4_0 and Q5_0 rows (and on the avx2 family the Q4_K rows) are interleaved in groups of eight.
 async function nativeGreedy(path: string, kernels: KernelFamily, release = false): Promise<number[][]> {
   const model = await loadAddon().loadLanguageModel(path, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
   try {
@@ -72,13 +72,14 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       releaseModuleWeights: release,
     });
     expect(choice.runtime, choice.note).to.equal("native");
-    // Q4_K rows on the avx2 family (gqa-q4_k_m has none), Q4_0 rows on every SIMD family.
+    // Q4_K rows on the avx2 family (gqa-q4_k_m has none: it is Q5_0 and Q8_0), Q4_0 and Q5_0
+    // rows on every SIMD family.
     const interleaved = !release || kernels === "baseline"
       ? null
       : path.includes("wide-q4_k") && kernels === "avx2"
         ? /Q4_K rows interleaved in \d+ groups/
-        : path.includes("q4_0")
-          ? /Q4_0 rows interleaved in \d+ groups/
+        : path.includes("q4_0") || path.includes("gqa-q4_k_m")
+          ? /Q4_0\/Q5_0 rows interleaved in \d+ groups/
           : null;
     expect(choice.note ?? "", path).to.match(interleaved ?? /^(?!.*interleaved)/);
     const rows = PROMPTS.map((p) => ({ tokens: Int32Array.from(p), maxNewTokens: MAX_NEW, sampling: { temperature: 0, topK: 0, seed: -1 } }));
@@ -161,7 +162,7 @@ print(json.dumps(out))
     ...families.filter((kernels) => kernels !== "baseline").map((kernels) => ({ kernels, release: true })),
   ];
   for (const { kernels, release } of arms) {
-    it(`native ${kernels}${release ? ` (weights released: ${kernels === "avx2" ? "Q4_K and " : ""}Q4_0 interleaved)` : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
+    it(`native ${kernels}${release ? ` (weights released: ${kernels === "avx2" ? "Q4_K, " : ""}Q4_0 and Q5_0 interleaved)` : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
       for (const [i, name] of MODELS.entries()) {
         const ours = await nativeGreedy(join(dir, `${name}.pt`), kernels, release);
         const imported = await nativeGreedy(join(dir, `${name}-imported.pt`), kernels, release);

@@ -34,12 +34,12 @@ int main(int argc, char** argv) {
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::vector<PackedLinear> matrices, headMatrices;
   const auto wtype = static_cast<WeightType>(type);
-  // AB_INTERLEAVE=1 (Q4_K, Q4_0): the head multiplies by the avx2 family's interleaved layout, the
+  // AB_INTERLEAVE=1 (Q4_K, Q4_0, Q5_0): the head multiplies by the avx2 family's interleaved layout, the
   // base by the GGUF rows (the same values); AB_INTERLEAVE=2: both by the interleaved layout
   // (two builds that both read it).
   const char* interleaveMode = std::getenv("AB_INTERLEAVE");
   const bool interleave = interleaveMode != nullptr && (*interleaveMode == '1' || *interleaveMode == '2') &&
-                          (wtype == WeightType::Q4_K || wtype == WeightType::Q4_0);
+                          (wtype == WeightType::Q4_K || wtype == WeightType::Q4_0 || wtype == WeightType::Q5_0);
   const bool bothInterleaved = interleave && *interleaveMode == '2';
   if (type >= 3) {
     // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
         if (wtype == WeightType::Q4_K) {
           headMatrices.back().InterleaveQ4K();
         } else {
-          headMatrices.back().InterleaveQ4_0();
+          headMatrices.back().InterleaveBlock32();
         }
       }
     }
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     std::printf("head: interleaved against GGUF rows, largest relative difference %.2g\n", worst);
     if (worst > 1e-4) return 1;
   }
-  if ((wtype == WeightType::Q4_0 && !interleave) || wtype == WeightType::Q5_0) {
+  if ((wtype == WeightType::Q4_0 || wtype == WeightType::Q5_0) && !interleave) {
     // A Q4_0 or Q5_0 block is multiplied as the Q8_0 block of its values and scale: the head's
     // products of both must be the same bits.
     const int blocks = k / 32, bytes = BlockBytes(wtype);
