@@ -336,10 +336,8 @@ int PackedLinear::Interleave(WeightType type) {
     uint8_t* at = const_cast<uint8_t*>(rows_[c]);
     if (type == WeightType::Q4_K) {
       InterleaveQ4KRows(at, k_ / 256);
-    } else if (type == WeightType::Q4_0) {
-      InterleaveQ4_0Rows(at, k_ / 32);
     } else {
-      InterleaveQ5_0Rows(at, k_ / 32);
+      InterleaveBlock32Rows(type, at, k_ / 32);
     }
     std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ4KGroupRows, 1);
     rowsOf_[static_cast<int>(type)] -= kQ4KGroupRows;

@@ -91,7 +91,7 @@ class PackedLinear {
   // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
   // of groups made. Every family's products read both layouts.
   int InterleaveQ4K();
-  // The same for the Q4_0 and Q5_0 rows (InterleaveQ4_0Rows, InterleaveQ5_0Rows).
+  // The same for the Q4_0 and Q5_0 rows (InterleaveBlock32Rows).
   int InterleaveBlock32();
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
   // rowType(c) its type).

@@ -220,27 +220,19 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
   }
 }
 
-void InterleaveQ4_0Rows(uint8_t* rows, int blocks) {
-  const size_t rowBytes = static_cast<size_t>(blocks) * 18;
+void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks) {
+  const bool q5 = type == WeightType::Q5_0;
+  const int bytes = q5 ? 22 : 18, groupBytes = q5 ? kQ5_0GroupBlockBytes : kQ4_0GroupBlockBytes;
+  const int values = q5 ? 6 : 2, groupValues = q5 ? 48 : 16;  // where a block's nibbles start
+  const size_t rowBytes = static_cast<size_t>(blocks) * bytes;
   std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
   for (int b = 0; b < blocks; ++b) {
-    uint8_t* g = rows + static_cast<size_t>(b) * kQ4_0GroupBlockBytes;
+    uint8_t* g = rows + static_cast<size_t>(b) * groupBytes;
     for (int c = 0; c < kQ4KGroupRows; ++c) {
-      const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * 18;
+      const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * bytes;
       std::memcpy(g + 2 * c, block, 2);
-      for (int j = 0; j < 4; ++j) std::memcpy(g + 16 + 32 * j + 4 * c, block + 2 + 4 * j, 4);
-    }
-  }
-}
-
-void InterleaveQ5_0Rows(uint8_t* rows, int blocks) {
-  const size_t rowBytes = static_cast<size_t>(blocks) * 22;
-  std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
-  for (int b = 0; b < blocks; ++b) {
-    uint8_t* g = rows + static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
-    for (int c = 0; c < kQ4KGroupRows; ++c) {
-      const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * 22;
-      std::memcpy(g + 2 * c, block, 2);
+      for (int j = 0; j < 4; ++j) std::memcpy(g + groupValues + 32 * j + 4 * c, block + values + 4 * j, 4);
+      if (!q5) continue;
       uint32_t qh;
       std::memcpy(&qh, block + 2, 4);
       for (int k = 0; k < 4; ++k) {
@@ -248,7 +240,6 @@ void InterleaveQ5_0Rows(uint8_t* rows, int blocks) {
         for (int j = 0; j < 4; ++j) byte |= ((qh >> (4 * j + k)) & 1) << j | ((qh >> (16 + 4 * j + k)) & 1) << (4 + j);
         g[16 + 4 * c + k] = static_cast<uint8_t>(byte);
       }
-      for (int j = 0; j < 4; ++j) std::memcpy(g + 48 + 32 * j + 4 * c, block + 6 + 4 * j, 4);
     }
   }
 }

@@ -92,22 +92,20 @@ constexpr int kQ4KGroupBlockBytes = kQ4KGroupRows * 144;
 // `rows`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved in place.
 void InterleaveQ4KRows(uint8_t* rows, int blocks);
 
-// Q4_0 rows in groups of eight, interleaved the same way (the avx2 family's layout; see
-// PackedLinear::InterleaveQ4_0): a product's lanes are the eight columns, each block's 32
-// values summed in int16 (8 x 2 x 15 x 127 = 30,480 at most) and scaled once for the eight.
-// The eight blocks b of the rows become the 144 bytes (8 x 18) at b * 144:
+// Q4_0 and Q5_0 rows in groups of eight, interleaved the same way (PackedLinear::
+// InterleaveBlock32): a product's lanes are the eight columns, each block's 32 values summed in
+// int16 and scaled once for the eight (see DotBlock32Group). The eight blocks b of the rows
+// become the 8 x 18 (Q4_0) or 8 x 22 (Q5_0) bytes at b times that:
 //
 //   [0, 16)     the eight rows' float16 d
-//   [16, 144)   the 4-bit values: the 32 bytes at 16 + 32j hold bytes 4j..4j+3 of each row's 16
-//               (row c at 4c): values 4j..4j+3 in the low nibbles, 16+4j..16+4j+3 in the high.
+//   Q5_0 only, [16, 48): the fifth bits, byte 4c + k holding row c's for value 4j + k at bit j
+//               and for value 16 + 4j + k at bit 4 + j (j = 0..3)
+//   then 128 bytes of 4-bit values (at 16, Q4_0, or 48, Q5_0): the 32 bytes of chunk j hold
+//               bytes 4j..4j+3 of each row's 16 (row c at 4c): values 4j..4j+3 in the low
+//               nibbles, 16+4j..16+4j+3 in the high.
 constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * 18;
-// `rows`: eight contiguous Q4_0 rows of `blocks` blocks, interleaved in place.
-void InterleaveQ4_0Rows(uint8_t* rows, int blocks);
-
-// Q5_0 rows likewise (8 x 22 bytes a block): the eight d at [0, 16); at [16, 48) the fifth bits,
-// byte 4c + k holding row c's for value 4j + k at bit j and for value 16 + 4j + k at bit 4 + j
-// (j = 0..3); the nibbles at [48, 176) as Q4_0's at [16, 144).
 constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * 22;
-void InterleaveQ5_0Rows(uint8_t* rows, int blocks);
+// `rows`: eight contiguous rows of `type` (Q4_0 or Q5_0) of `blocks` blocks, interleaved in place.
+void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
 
 }  // namespace tsn

@@ -34,8 +34,8 @@ class DecoderStepper : public Stepper {
   bool RetainsCache() const override { return true; }
   void End() override {}
   // The Q4_K matrices' rows interleaved in groups of eight on the avx2 family
-  // (PackedLinear::InterleaveQ4K; its products ran 1.03-1.38x faster), and the Q4_0 ones on
-  // every SIMD family (InterleaveQ4_0; 1.06-2.6x); docs/benchmarks.md section 7. A quantized
+  // (PackedLinear::InterleaveQ4K; its products ran 1.03-1.38x faster), and the Q4_0 and Q5_0 ones on
+  // every SIMD family (InterleaveBlock32; 1.03-2.9x); docs/benchmarks.md section 7. A quantized
   // row two matrices share stays as it is.
   std::string OwnWeights() override;
 
