@@ -302,7 +302,7 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
   }
   type_ = rowTypes_[0];
   for (WeightType t : rowTypes_) {
-    if (!IsBlock32(t) && t != WeightType::Q4_K && t != WeightType::Q6_K) {
+    if (!IsQuantized(t)) {
       throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight has a row of a float type");
     }
     if (k % BlockValues(t) != 0) {

@@ -46,6 +46,8 @@ enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 };
 
 // The quantized types of 32-value blocks (their products share the Q8_0 activations).
 inline bool IsBlock32(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q5_0; }
+// The quantized types (GGUF rows read in place), as against the packed float ones.
+inline bool IsQuantized(WeightType t) { return IsBlock32(t) || t == WeightType::Q4_K || t == WeightType::Q6_K; }
 
 // A Linear layer's weight [N, K] and bias [N], packed in panels of 16 output columns
 // (panel p holds W[16p .. 16p+15][k] for every k, column-interleaved), N padded to 16.
@@ -126,7 +128,8 @@ class PackedLinear {
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",
-// "q4_k", "q6_k", "q4_0", "q5_0" -> Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 (a quantized module's qtype).
+// "q4_k", "q6_k", "q4_0", "q5_0" -> Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 (a quantized module's qtype);
+// anything else -> F32 (a qtype of that is not one the native runtime implements).
 WeightType WeightTypeOf(const std::string& dtype);
 
 // IEEE half and bfloat16 conversions (round to nearest even), for packing and tests.

@@ -25,28 +25,6 @@
 
 namespace tsn {
 
-int BlockValues(WeightType type) {
-  switch (type) {
-    case WeightType::Q8_0:
-    case WeightType::Q4_0:
-    case WeightType::Q5_0: return 32;
-    case WeightType::Q4_K:
-    case WeightType::Q6_K: return 256;
-    default: return 1;
-  }
-}
-
-int BlockBytes(WeightType type) {
-  switch (type) {
-    case WeightType::Q8_0: return 34;
-    case WeightType::Q4_0: return 18;
-    case WeightType::Q5_0: return 22;
-    case WeightType::Q4_K: return 144;
-    case WeightType::Q6_K: return 210;
-    default: return 0;
-  }
-}
-
 namespace {
 
 float HalfAt(const uint8_t* p) {
@@ -222,7 +200,7 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
 
 void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks) {
   const bool q5 = type == WeightType::Q5_0;
-  const int bytes = q5 ? 22 : 18, groupBytes = q5 ? kQ5_0GroupBlockBytes : kQ4_0GroupBlockBytes;
+  const int bytes = BlockBytes(type), groupBytes = q5 ? kQ5_0GroupBlockBytes : kQ4_0GroupBlockBytes;
   const int values = q5 ? 6 : 2, groupValues = q5 ? 48 : 16;  // where a block's nibbles start
   const size_t rowBytes = static_cast<size_t>(blocks) * bytes;
   std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);

@@ -44,9 +44,28 @@ struct BlockQ8K {
 void QuantizeRowQ8(const float* x, int k, BlockQ8* out);    // k a multiple of 32
 void QuantizeRowQ8K(const float* x, int k, BlockQ8K* out);  // k a multiple of 256
 
-// Values per block and bytes per block of a quantized type (0 for a float type).
-int BlockValues(WeightType type);
-int BlockBytes(WeightType type);
+// Values per block and bytes per block of a quantized type (1 and 0 for a float type);
+// constexpr, so that the kernels' templates take their block sizes from here too.
+constexpr int BlockValues(WeightType type) {
+  switch (type) {
+    case WeightType::Q8_0:
+    case WeightType::Q4_0:
+    case WeightType::Q5_0: return 32;
+    case WeightType::Q4_K:
+    case WeightType::Q6_K: return 256;
+    default: return 1;
+  }
+}
+constexpr int BlockBytes(WeightType type) {
+  switch (type) {
+    case WeightType::Q8_0: return 34;
+    case WeightType::Q4_0: return 18;
+    case WeightType::Q5_0: return 22;
+    case WeightType::Q4_K: return 144;
+    case WeightType::Q6_K: return 210;
+    default: return 0;
+  }
+}
 inline size_t RowBytes(WeightType type, int k) { return static_cast<size_t>(k / BlockValues(type)) * BlockBytes(type); }
 
 // The 6-bit scales and mins of a Q4_K super-block (its 12 bytes at offset 4; ggml's
@@ -103,8 +122,8 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks);
 //   then 128 bytes of 4-bit values (at 16, Q4_0, or 48, Q5_0): the 32 bytes of chunk j hold
 //               bytes 4j..4j+3 of each row's 16 (row c at 4c): values 4j..4j+3 in the low
 //               nibbles, 16+4j..16+4j+3 in the high.
-constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * 18;
-constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * 22;
+constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q4_0);
+constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q5_0);
 // `rows`: eight contiguous rows of `type` (Q4_0 or Q5_0) of `blocks` blocks, interleaved in place.
 void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
 

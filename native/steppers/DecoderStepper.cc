@@ -42,12 +42,13 @@ DecoderStepper::DecoderStepper(const NativeContext& context, const char* archite
     const c10::IValue bytes = m.value.attr("qweight");
     if (!qtype.isString() || !bytes.isTensor()) Mismatch(name + ": qtype or qweight of the wrong kind");
     const std::string type = qtype.toStringRef();
-    if (type != "q8_0" && type != "q4_k" && type != "q6_k" && type != "q4_0" && type != "q5_0") {
+    const WeightType quantType = WeightTypeOf(type);
+    if (!IsQuantized(quantType)) {
       Mismatch(name + " has the quantization \"" + type + "\", which the native runtime does not implement");
     }
     const char* width = m.value.hasattr("in_features") ? "in_features" : "embedding_dim";
     if (!m.value.hasattr(width)) Mismatch(name + ": no " + width);
-    QuantMatrix q{bytes.toTensor().detach(), WeightTypeOf(type), 0, m.value.attr(width).toInt()};
+    QuantMatrix q{bytes.toTensor().detach(), quantType, 0, m.value.attr(width).toInt()};
     q.rows = q.bytes.dim() == 2 ? q.bytes.size(0) : 0;
     const int64_t rowBytes = q.cols % BlockValues(q.type) == 0 ? static_cast<int64_t>(RowBytes(q.type, static_cast<int>(q.cols))) : -1;
     if (q.bytes.scalar_type() != at::kByte || q.bytes.dim() != 2 || !q.bytes.is_contiguous() || !q.bytes.device().is_cpu() ||

@@ -43,12 +43,7 @@ int main(int argc, char** argv) {
   const bool bothInterleaved = interleave && *interleaveMode == '2';
   if (type >= 3) {
     // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
-    const int block = IsBlock32(wtype) ? 32 : 256;
-    const int bytes = wtype == WeightType::Q8_0   ? 34
-                      : wtype == WeightType::Q4_0 ? 18
-                      : wtype == WeightType::Q5_0 ? 22
-                      : wtype == WeightType::Q4_K ? 144
-                                                  : 210;
+    const int block = BlockValues(wtype), bytes = BlockBytes(wtype);
     const size_t rowBytes = static_cast<size_t>(k / block) * bytes;
     for (int i = 0; i < copies; ++i) {
       auto data = std::make_shared<std::vector<uint8_t>>(rowBytes * n);
