@@ -322,6 +322,8 @@ int PackedLinear::InterleaveQ4K() { return Interleave(WeightType::Q4_K); }
 
 int PackedLinear::InterleaveBlock32() { return Interleave(WeightType::Q4_0) + Interleave(WeightType::Q5_0); }
 
+int PackedLinear::InterleaveQ8_0() { return Interleave(WeightType::Q8_0); }
+
 int PackedLinear::Interleave(WeightType type) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
   const size_t rowBytes = RowBytes(type, k_);

@@ -95,6 +95,8 @@ class PackedLinear {
   int InterleaveQ4K();
   // The same for the Q4_0 and Q5_0 rows (InterleaveBlock32Rows).
   int InterleaveBlock32();
+  // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 family's layout).
+  int InterleaveQ8_0();
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
   // rowType(c) its type).
   bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }

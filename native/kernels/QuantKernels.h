@@ -124,7 +124,15 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks);
 //               nibbles, 16+4j..16+4j+3 in the high.
 constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q4_0);
 constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q5_0);
-// `rows`: eight contiguous rows of `type` (Q4_0 or Q5_0) of `blocks` blocks, interleaved in place.
+// Q8_0 rows in groups of eight on the avx2 family (PackedLinear::InterleaveQ8_0): a product's
+// lanes are the eight columns, each pair of values sign-extended to int16 and multiplied by one
+// pmaddwd (see DotQ8_0Group). The eight blocks b of the rows become the 8 x 34 bytes at 272b:
+//
+//   [0, 16)     the eight rows' float16 d
+//   [16, 272)   the 16 bytes of pair p (0..15) hold values 2p and 2p + 1 of each row (row c at 2c)
+constexpr int kQ8_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q8_0);
+// `rows`: eight contiguous rows of `type` (Q4_0, Q5_0 or Q8_0) of `blocks` blocks, interleaved
+// in place.
 void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
 
 }  // namespace tsn

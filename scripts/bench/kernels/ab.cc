@@ -34,12 +34,13 @@ int main(int argc, char** argv) {
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::vector<PackedLinear> matrices, headMatrices;
   const auto wtype = static_cast<WeightType>(type);
-  // AB_INTERLEAVE=1 (Q4_K, Q4_0, Q5_0): the head multiplies by the avx2 family's interleaved layout, the
+  // AB_INTERLEAVE=1 (Q4_K, Q4_0, Q5_0, Q8_0): the head multiplies by the avx2 family's interleaved layout, the
   // base by the GGUF rows (the same values); AB_INTERLEAVE=2: both by the interleaved layout
   // (two builds that both read it).
   const char* interleaveMode = std::getenv("AB_INTERLEAVE");
   const bool interleave = interleaveMode != nullptr && (*interleaveMode == '1' || *interleaveMode == '2') &&
-                          (wtype == WeightType::Q4_K || wtype == WeightType::Q4_0 || wtype == WeightType::Q5_0);
+                          (wtype == WeightType::Q4_K || wtype == WeightType::Q4_0 || wtype == WeightType::Q5_0 ||
+                           wtype == WeightType::Q8_0);
   const bool bothInterleaved = interleave && *interleaveMode == '2';
   if (type >= 3) {
     // GGUF rows of random bytes whose float16 scales are small (0x1c00: 2^-8), so sums stay finite.
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
         headMatrices.emplace_back(rows, std::vector<WeightType>(n, wtype), copy, bias.data(), n, k);
         if (wtype == WeightType::Q4_K) {
           headMatrices.back().InterleaveQ4K();
+        } else if (wtype == WeightType::Q8_0) {
+          headMatrices.back().InterleaveQ8_0();
         } else {
           headMatrices.back().InterleaveBlock32();
         }
