@@ -95,7 +95,7 @@ class PackedLinear {
   int InterleaveQ4K();
   // The same for the Q4_0 and Q5_0 rows (InterleaveBlock32Rows).
   int InterleaveBlock32();
-  // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 family's layout).
+  // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 and avx512 families' layout).
   int InterleaveQ8_0();
   // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
   // rowType(c) its type).

@@ -124,7 +124,7 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks);
 //               nibbles, 16+4j..16+4j+3 in the high.
 constexpr int kQ4_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q4_0);
 constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q5_0);
-// Q8_0 rows in groups of eight on the avx2 family (PackedLinear::InterleaveQ8_0): a product's
+// Q8_0 rows in groups of eight on the avx2 and avx512 families (PackedLinear::InterleaveQ8_0): a product's
 // lanes are the eight columns, each pair of values sign-extended to int16 and multiplied by one
 // pmaddwd (see DotQ8_0Group). The eight blocks b of the rows become the 8 x 34 bytes at 272b:
 //

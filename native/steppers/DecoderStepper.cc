@@ -193,14 +193,15 @@ int64_t DecoderStepper::SlotBudget() const {
 
 std::string DecoderStepper::OwnWeights() {
   // Q4_K groups on the avx2 family only (the AVX-512 families' pair kernels beat them from two
-  // rows up); Q8_0 groups on the avx2 family only (pmaddwd in place of the rows' sign trick:
-  // 1.4-1.5x from six rows; avx512_bf16's vpdpbusd already fuses the rows' products, and the
-  // avx512 family's rows ran 1.1x its groups at seven rows); Q4_0 and Q5_0 groups on
+  // rows up); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
+  // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
+  // a 512-bit register), not on avx512_bf16, whose vpdpbusd already fuses the rows' products;
+  // Q4_0 and Q5_0 groups on
   // every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows 1.24-2.29x, 8-64 rows
   // 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
-  const bool q4k = family == "avx2";
+  const bool q4k = family == "avx2", q8 = q4k || family == "avx512";
   const std::vector<PackedLinear*> products = Products();
   // The quantized rows more than one matrix reads (none in the layouts of today).
   std::vector<const uint8_t*> rows;
@@ -217,17 +218,15 @@ std::string DecoderStepper::OwnWeights() {
     bool alone = w->quantized();
     for (int c = 0; alone && c < w->n(); ++c) alone = shared.count(w->quantRow(c)) == 0;
     if (!alone) continue;
-    if (q4k) {
-      groups += w->InterleaveQ4K();
-      groupsQ8 += w->InterleaveQ8_0();
-    }
+    if (q4k) groups += w->InterleaveQ4K();
+    if (q8) groupsQ8 += w->InterleaveQ8_0();
     groups32 += w->InterleaveBlock32();
   }
   std::string note;
   if (groups > 0) note = "Q4_K rows interleaved in " + std::to_string(groups) + " groups of eight for the avx2 kernels";
   if (groupsQ8 > 0) {
     note += (note.empty() ? "" : "; ") + std::string("Q8_0 rows interleaved in ") + std::to_string(groupsQ8) +
-            " groups of eight for the avx2 kernels";
+            " groups of eight for the " + family + " kernels";
   }
   if (groups32 > 0) {
     note += (note.empty() ? "" : "; ") + std::string("Q4_0/Q5_0 rows interleaved in ") + std::to_string(groups32) +

@@ -56,8 +56,8 @@ function python(code: string, ...args: string[]): string {
 }
 
 // `release`: configured as TorchEngine configures it (the module's weights released), so that the
-// Q4_0 and Q5_0 rows (and on the avx2 family the Q4_K and Q8_0 rows) are interleaved in groups of
-// eight.
+// Q4_0 and Q5_0 rows (on the avx2 family the Q4_K rows too, on avx2 and avx512 the Q8_0 rows) are
+// interleaved in groups of eight.
 async function nativeGreedy(path: string, kernels: KernelFamily, release = false): Promise<number[][]> {
   const model = await loadAddon().loadLanguageModel(path, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
   try {
@@ -73,13 +73,13 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       releaseModuleWeights: release,
     });
     expect(choice.runtime, choice.note).to.equal("native");
-    // Q4_K and Q8_0 rows on the avx2 family (gqa-q4_k_m has no Q4_K: it is Q5_0 and Q8_0), Q4_0
-    // and Q5_0 rows on every SIMD family.
+    // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (gqa-q4_k_m has no Q4_K: it is
+    // Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family.
     const groups: RegExp[] = [];
     if (release && kernels !== "baseline") {
       if (path.includes("wide-q4_k") && kernels === "avx2") groups.push(/Q4_K rows interleaved in \d+ groups/);
       if (path.includes("q4_0") || path.includes("gqa-q4_k_m")) groups.push(/Q4_0\/Q5_0 rows interleaved in \d+ groups/);
-      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && kernels === "avx2") {
+      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && (kernels === "avx2" || kernels === "avx512")) {
         groups.push(/Q8_0 rows interleaved in \d+ groups/);
       }
     }
