@@ -199,22 +199,9 @@ void InterleaveQ4KRows(uint8_t* rows, int blocks) {
 }
 
 void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks) {
-  if (type == WeightType::Q8_0) {
-    constexpr int bytes = BlockBytes(WeightType::Q8_0);
-    const size_t rowBytes = static_cast<size_t>(blocks) * bytes;
-    std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
-    for (int b = 0; b < blocks; ++b) {
-      uint8_t* g = rows + static_cast<size_t>(b) * kQ8_0GroupBlockBytes;
-      for (int c = 0; c < kQ4KGroupRows; ++c) {
-        const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * bytes;
-        std::memcpy(g + 2 * c, block, 2);
-        for (int p = 0; p < 16; ++p) std::memcpy(g + 16 + 16 * p + 2 * c, block + 2 + 2 * p, 2);
-      }
-    }
-    return;
-  }
-  const bool q5 = type == WeightType::Q5_0;
-  const int bytes = BlockBytes(type), groupBytes = q5 ? kQ5_0GroupBlockBytes : kQ4_0GroupBlockBytes;
+  const bool q5 = type == WeightType::Q5_0, q8 = type == WeightType::Q8_0;
+  const int bytes = BlockBytes(type);
+  const int groupBytes = q8 ? kQ8_0GroupBlockBytes : q5 ? kQ5_0GroupBlockBytes : kQ4_0GroupBlockBytes;
   const int values = q5 ? 6 : 2, groupValues = q5 ? 48 : 16;  // where a block's nibbles start
   const size_t rowBytes = static_cast<size_t>(blocks) * bytes;
   std::vector<uint8_t> source(rows, rows + rowBytes * kQ4KGroupRows);
@@ -223,6 +210,10 @@ void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks) {
     for (int c = 0; c < kQ4KGroupRows; ++c) {
       const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * bytes;
       std::memcpy(g + 2 * c, block, 2);
+      if (q8) {
+        for (int p = 0; p < 16; ++p) std::memcpy(g + 16 + 16 * p + 2 * c, block + 2 + 2 * p, 2);
+        continue;
+      }
       for (int j = 0; j < 4; ++j) std::memcpy(g + groupValues + 32 * j + 4 * c, block + values + 4 * j, 4);
       if (!q5) continue;
       uint32_t qh;
