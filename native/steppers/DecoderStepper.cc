@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_set>
+#include <utility>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
@@ -196,9 +197,8 @@ std::string DecoderStepper::OwnWeights() {
   // rows up); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
   // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
   // a 512-bit register), not on avx512_bf16, whose vpdpbusd already fuses the rows' products;
-  // Q4_0 and Q5_0 groups on
-  // every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows 1.24-2.29x, 8-64 rows
-  // 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
+  // Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
+  // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
   const bool q4k = family == "avx2", q8 = q4k || family == "avx512";
@@ -223,13 +223,9 @@ std::string DecoderStepper::OwnWeights() {
     groups32 += w->InterleaveBlock32();
   }
   std::string note;
-  if (groups > 0) note = "Q4_K rows interleaved in " + std::to_string(groups) + " groups of eight for the avx2 kernels";
-  if (groupsQ8 > 0) {
-    note += (note.empty() ? "" : "; ") + std::string("Q8_0 rows interleaved in ") + std::to_string(groupsQ8) +
-            " groups of eight for the " + family + " kernels";
-  }
-  if (groups32 > 0) {
-    note += (note.empty() ? "" : "; ") + std::string("Q4_0/Q5_0 rows interleaved in ") + std::to_string(groups32) +
+  for (const auto& [types, count] : {std::pair<const char*, int>{"Q4_K", groups}, {"Q8_0", groupsQ8}, {"Q4_0/Q5_0", groups32}}) {
+    if (count == 0) continue;
+    note += (note.empty() ? "" : "; ") + std::string(types) + " rows interleaved in " + std::to_string(count) +
             " groups of eight for the " + family + " kernels";
   }
   return note;
