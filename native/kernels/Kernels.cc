@@ -8,6 +8,8 @@
 #include <limits>
 #include <immintrin.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -42,6 +44,12 @@
 namespace tsn::avx512_bf16 {
 #include "kernels/KernelsBody.inc"
 }  // namespace tsn::avx512_bf16
+// amx is avx512_bf16 with AMX tiles for the quantized products of many rows (QuantKernels.cc);
+// its float and 16-bit kernels are avx512_bf16's, compiled again so that its LinearPanels calls
+// its own QuantLinearPanels.
+namespace tsn::amx {
+#include "kernels/KernelsBody.inc"
+}  // namespace tsn::amx
 #pragma GCC pop_options
 #undef TSN_DPBF16
 
@@ -99,6 +107,20 @@ bool HasAvx512Bf16() {
   return HasAvx512() && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni");
 }
 
+// AMX: the CPU's tiles and int8 products, and the kernel's leave to use them. Linux hands the
+// tile state (8 KB a thread) to a process only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA); without it the first tile instruction raises SIGILL. Asked once, for the
+// process, before any tile instruction runs (SelectKernels returns the family only after).
+bool HasAmx() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    if (!HasAvx512Bf16() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8")) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return has;
+}
+
 bool HasAvx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -106,6 +128,7 @@ bool HasAvx2() {
 
 #define TSN_KERNEL_SET(ns) \
   KernelSet{#ns, &ns::LinearPanels, &ns::LayerNormRows, &ns::RmsNormRows, &ns::SwiGlu, &ns::AttendHeads}
+const KernelSet kAmx = TSN_KERNEL_SET(amx);
 const KernelSet kAvx512Bf16 = TSN_KERNEL_SET(avx512_bf16);
 const KernelSet kAvx512 = TSN_KERNEL_SET(avx512);
 const KernelSet kAvx2 = TSN_KERNEL_SET(avx2);
@@ -115,19 +138,22 @@ const KernelSet kBaseline = TSN_KERNEL_SET(baseline);
 }  // namespace
 
 const KernelSet& SelectKernels(const std::string& cap) {
-  if (cap != "auto" && cap != "avx512_bf16" && cap != "avx512" && cap != "avx2" && cap != "baseline") {
+  if (cap != "auto" && cap != "amx" && cap != "avx512_bf16" && cap != "avx512" && cap != "avx2" && cap != "baseline") {
     throw CodedError(ErrorCode::kInvalidArgument,
-                     "kernels must be \"auto\", \"avx512_bf16\", \"avx512\", \"avx2\" or \"baseline\", got \"" +
+                     "kernels must be \"auto\", \"amx\", \"avx512_bf16\", \"avx512\", \"avx2\" or \"baseline\", got \"" +
                          cap + "\"");
   }
-  if ((cap == "auto" || cap == "avx512_bf16") && HasAvx512Bf16()) return kAvx512Bf16;
-  if ((cap == "auto" || cap == "avx512_bf16" || cap == "avx512") && HasAvx512()) return kAvx512;
+  const bool toAvx512Bf16 = cap == "auto" || cap == "amx" || cap == "avx512_bf16";
+  if ((cap == "auto" || cap == "amx") && HasAmx()) return kAmx;
+  if (toAvx512Bf16 && HasAvx512Bf16()) return kAvx512Bf16;
+  if ((toAvx512Bf16 || cap == "avx512") && HasAvx512()) return kAvx512;
   if (cap != "baseline" && HasAvx2()) return kAvx2;
   return kBaseline;
 }
 
 std::vector<std::string> SupportedKernelFamilies() {
   std::vector<std::string> families;
+  if (HasAmx()) families.push_back("amx");
   if (HasAvx512Bf16()) families.push_back("avx512_bf16");
   if (HasAvx512()) families.push_back("avx512");
   if (HasAvx2()) families.push_back("avx2");

@@ -153,7 +153,7 @@ constexpr int kAttendScratchRows = 12;
 // One instruction-set family of the kernels: every copy computes the same functions, so a
 // stepper holds a reference to one set and calls through it.
 struct KernelSet {
-  const char* name;  // "avx512_bf16", "avx512", "avx2" or "baseline"
+  const char* name;  // "amx", "avx512_bf16", "avx512", "avx2" or "baseline"
 
   // Y[m, 16*p0 .. 16*p1) for m < rows. Only the first `n` columns of Y are written.
   void (*linearPanels)(const float* x, int rows, int ldx, const PackedLinear& w, float* y, int ldy, int p0, int p1,
@@ -183,8 +183,9 @@ struct KernelSet {
                      WeightType cache, int hd, float scale, float* out, int ldo, float* scratch);
 };
 
-// The best family this CPU runs, capped at `cap`: "auto" (no cap), "avx512_bf16" (AVX-512 with
-// the bf16 dot products), "avx512" (16-bit weights widened to float), "avx2" or "baseline"
+// The best family this CPU runs, capped at `cap`: "auto" (no cap), "amx" (avx512_bf16, and AMX
+// tiles for the Q8_0 products of many rows), "avx512_bf16" (AVX-512 with the bf16 dot
+// products), "avx512" (16-bit weights widened to float), "avx2" or "baseline"
 // (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
 // name throws CodedError(ERR_INVALID_ARGUMENT).
 const KernelSet& SelectKernels(const std::string& cap);

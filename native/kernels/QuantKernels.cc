@@ -259,6 +259,17 @@ namespace tsn::avx512_bf16 {
 #include "kernels/QuantKernelsBody.inc"
 }  // namespace tsn::avx512_bf16
 #pragma GCC pop_options
+
+// The amx family: avx512_bf16's kernels, and AMX tiles for Q8_0 groups against many rows
+// (Sapphire Rapids and later; Kernels.cc asks Linux for the tile state before choosing it).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c,bmi2,amx-tile,amx-int8")
+#define TSN_Q_AMX
+namespace tsn::amx {
+#include "kernels/QuantKernelsBody.inc"
+}  // namespace tsn::amx
+#pragma GCC pop_options
+#undef TSN_Q_AMX
 #pragma GCC diagnostic pop
 #undef TSN_Q_VNNI
 #undef TSN_Q_AVX512

@@ -197,11 +197,12 @@ std::string DecoderStepper::OwnWeights() {
   // rows up); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
   // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
   // a 512-bit register), not on avx512_bf16, whose vpdpbusd already fuses the rows' products;
+  // and on amx, whose tiles multiply two groups' blocks against 16 rows at once;
   // Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
-  const bool q4k = family == "avx2", q8 = q4k || family == "avx512";
+  const bool q4k = family == "avx2", q8 = q4k || family == "avx512" || family == "amx";
   const std::vector<PackedLinear*> products = Products();
   // The quantized rows more than one matrix reads (none in the layouts of today).
   std::vector<const uint8_t*> rows;

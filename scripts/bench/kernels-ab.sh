@@ -50,6 +50,7 @@ g++ -O2 -std=c++17 $napi -Inative scripts/bench/kernels/attend-ab.cc $(cat "$wor
 
 if [ $# -gt 0 ]; then families=("$@"); else
   families=()
+  grep -qw amx_int8 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo && families+=(amx)
   grep -qw avx512_bf16 /proc/cpuinfo && families+=(avx512_bf16)
   grep -qw avx512f /proc/cpuinfo && families+=(avx512)
   grep -qw avx2 /proc/cpuinfo && families+=(avx2)

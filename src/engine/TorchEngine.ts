@@ -78,7 +78,7 @@ export interface TorchEngineOptions {
   loadCheck?: "cached" | "always";
   /**
    * Highest kernel family the native runtime may use: "auto" (default: the best this CPU
-   * has), "avx512_bf16", "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
+   * has), "amx", "avx512_bf16", "avx512", "avx2" or "baseline". For hosts that must match another CPU's numerics,
    * and for testing every family on one machine.
    */
   kernels?: KernelFamilyCap;

@@ -164,7 +164,7 @@ export interface RawLanguageModelSettings {
   prefixCache?: boolean;
 }
 
-export type KernelFamily = "avx512_bf16" | "avx512" | "avx2" | "baseline";
+export type KernelFamily = "amx" | "avx512_bf16" | "avx512" | "avx2" | "baseline";
 export type KernelFamilyCap = "auto" | KernelFamily;
 
 export interface RawRuntimeChoice {

@@ -11,7 +11,7 @@ import { ServingError } from "../errors.js";
 import { parseApiKeys } from "../http/shell/apiKeys.js";
 
 export type RuntimeChoice = "auto" | "native" | "torchscript";
-export type KernelsCap = "auto" | "avx512_bf16" | "avx512" | "avx2" | "baseline";
+export type KernelsCap = "auto" | "amx" | "avx512_bf16" | "avx512" | "avx2" | "baseline";
 
 /** The language model's variables. */
 export interface EngineEnv {
@@ -151,7 +151,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     device: text(env, "SERVICE_DEVICE") ?? "cpu",
     threads: number(env, "SERVICE_THREADS", undefined, positiveInt, "a positive integer"),
     runtime: oneOf(env, "SERVICE_RUNTIME", ["auto", "native", "torchscript"] as const, "auto"),
-    kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
+    kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "amx", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
     torchscriptCompute: oneOf(env, "SERVICE_TORCHSCRIPT_COMPUTE", ["auto", "checkpoint", "float32"] as const, "auto"),
     torchscriptDequantize: oneOf(env, "SERVICE_TORCHSCRIPT_DEQUANTIZE", ["auto", "once", "every-call"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),

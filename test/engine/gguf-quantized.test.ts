@@ -14,8 +14,8 @@
  *   logits within 5% of the largest |logit| (these random models have many such steps), and
  *   at least 60% of all tokens must agree (37-48 of 48 did where this was written). Every SIMD
  *   family runs twice: on the GGUF rows, and with the module's weights released as TorchEngine
- *   releases them, when the Q4_0 and Q5_0 rows (on the avx2 family the Q4_K rows too, on avx2
- *   and avx512 the Q8_0 rows) are interleaved in groups of eight (the configure note must say so).
+ *   releases them, when the Q4_0 and Q5_0 rows (on the avx2 family the Q4_K rows too, on avx2,
+ *   avx512 and amx the Q8_0 rows) are interleaved in groups of eight (the configure note must say so).
  * - The checkpoint imported from the GGUF file generates exactly the exported checkpoint's tokens
  *   (the same bytes after undoing llama.cpp's q/k row permutation), and its tokenizer, rebuilt
  *   from the GGUF metadata, tokenizes text as llama.cpp does.
@@ -73,13 +73,13 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       releaseModuleWeights: release,
     });
     expect(choice.runtime, choice.note).to.equal("native");
-    // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (gqa-q4_k_m has no Q4_K: it is
+    // Q4_K rows on the avx2 family, Q8_0 rows on avx2, avx512 and amx (gqa-q4_k_m has no Q4_K: it is
     // Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family.
     const groups: RegExp[] = [];
     if (release && kernels !== "baseline") {
       if (path.includes("wide-q4_k") && kernels === "avx2") groups.push(/Q4_K rows interleaved in \d+ groups/);
       if (path.includes("q4_0") || path.includes("gqa-q4_k_m")) groups.push(/Q4_0\/Q5_0 rows interleaved in \d+ groups/);
-      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && (kernels === "avx2" || kernels === "avx512")) {
+      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && (kernels === "avx2" || kernels === "avx512" || kernels === "amx")) {
         groups.push(/Q8_0 rows interleaved in \d+ groups/);
       }
     }
@@ -164,7 +164,7 @@ print(json.dumps(out))
     ...families.filter((kernels) => kernels !== "baseline").map((kernels) => ({ kernels, release: true })),
   ];
   for (const { kernels, release } of arms) {
-    it(`native ${kernels}${release ? ` (weights released: ${kernels === "avx2" ? "Q4_K, Q8_0, " : kernels === "avx512" ? "Q8_0, " : ""}Q4_0 and Q5_0 interleaved)` : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
+    it(`native ${kernels}${release ? ` (weights released: ${kernels === "avx2" ? "Q4_K, Q8_0, " : kernels === "avx512" || kernels === "amx" ? "Q8_0, " : ""}Q4_0 and Q5_0 interleaved)` : ""}: greedy tokens agree with llama.cpp's on the same GGUF bytes; the imported checkpoint's equal the exported one's`, async () => {
       for (const [i, name] of MODELS.entries()) {
         const ours = await nativeGreedy(join(dir, `${name}.pt`), kernels, release);
         const imported = await nativeGreedy(join(dir, `${name}-imported.pt`), kernels, release);

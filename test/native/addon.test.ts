@@ -35,7 +35,9 @@ describe("native addon", function () {
     // /proc/cpuinfo is the independent witness: a detection bug must not quietly drop a family.
     const flags = new Set((readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m)?.[1] ?? "").trim().split(/\s+/));
     const avx512 = ["avx512f", "avx512dq", "avx512bw", "avx512vl"].every((f) => flags.has(f));
+    // amx also needs the kernel's leave to use the tiles (granted on every Linux since 5.16).
     const expected = [
+      ...(avx512 && flags.has("avx512_bf16") && flags.has("amx_tile") && flags.has("amx_int8") ? ["amx"] : []),
       ...(avx512 && flags.has("avx512_bf16") ? ["avx512_bf16"] : []),
       ...(avx512 ? ["avx512"] : []),
       ...(flags.has("avx2") && flags.has("fma") && flags.has("f16c") ? ["avx2"] : []),
@@ -47,7 +49,7 @@ describe("native addon", function () {
 
   describe("which runtime \"auto\" serves with", () => {
     it("serves the native runtime untimed on the AVX-512 and AVX2 families, and says why", () => {
-      for (const family of ["avx512_bf16", "avx512", "avx2"] as const) {
+      for (const family of ["amx", "avx512_bf16", "avx512", "avx2"] as const) {
         const verdict = addon.decideRuntime(family);
         expect(verdict.timed, family).to.equal(false);
         expect(verdict.runtime, family).to.equal("native");

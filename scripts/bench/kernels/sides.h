@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -19,7 +20,10 @@ inline double Now() {
 }
 
 // sets[0] from base, sets[1] from head; false (after printing why) when a library will not load.
+// AB_BASE_FAMILY names another family for the base side (e.g. a family the base build lacks,
+// timed against one it has: FAMILY amx, AB_BASE_FAMILY=avx512_bf16).
 inline bool LoadSides(const char* base, const char* head, const std::string& family, const tsn::KernelSet* sets[2]) {
+  const char* baseFamily = std::getenv("AB_BASE_FAMILY");
   using Select = const tsn::KernelSet& (*)(const std::string&);
   const char* symbol = "_ZN3tsn13SelectKernelsERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
   const char* paths[2] = {base, head};
@@ -29,7 +33,8 @@ inline bool LoadSides(const char* base, const char* head, const std::string& fam
       std::fprintf(stderr, "%s\n", dlerror());
       return false;
     }
-    sets[side] = &reinterpret_cast<Select>(dlsym(library, symbol))(family);
+    const std::string name = side == 0 && baseFamily != nullptr && *baseFamily ? std::string(baseFamily) : family;
+    sets[side] = &reinterpret_cast<Select>(dlsym(library, symbol))(name);
   }
   return true;
 }
