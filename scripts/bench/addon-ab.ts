@@ -5,6 +5,7 @@
  * and after (the fraction of it a batch-1 step uses is what the bandwidth targets count).
  *
  *   node dist/scripts/bench/addon-ab.js --addons OLD.node,NEW.node --ckpt M.pt [--kernels avx2]
+ *   node dist/scripts/bench/addon-ab.js --addons A.node,A.node --kernels avx512_bf16,amx --ckpt M.pt   (two families, one build)
  *        [--threads 2] [--batch 1] [--tokens 32] [--reps 5] [--rounds 3] [--prompt 16]
  *
  * Each process loads the checkpoint (native runtime, the kernels named) and `reps` times
@@ -28,7 +29,7 @@ import { loadNativeForTiming } from "./lib/nativeModel.js";
 const usage = `usage: node dist/scripts/bench/addon-ab.js --addons A.node,B.node --ckpt M.pt [options]
   --addons LIST   addon builds (.node files), comma-separated; the first is the baseline
   --ckpt PATH     checkpoint
-  --kernels NAME  native kernel family (default avx2)
+  --kernels NAME  native kernel family (default avx2), or one per addon, comma-separated
   --threads N     compute threads (default 1)
   --batch N       decode rows (default 1)
   --tokens N      tokens timed per row (default 32)
@@ -38,7 +39,8 @@ const usage = `usage: node dist/scripts/bench/addon-ab.js --addons A.node,B.node
 
 const flags = parseFlags(process.argv.slice(2), usage, ["addons", "ckpt", "kernels", "threads", "batch", "tokens", "reps", "rounds", "prompt", "child"]);
 const ckpt = stringFlag(flags, "ckpt", "");
-const kernels = stringFlag(flags, "kernels", "avx2") as KernelFamily;
+const kernelList = stringFlag(flags, "kernels", "avx2").split(",") as KernelFamily[];
+const kernels = kernelList[0]!;
 const threads = numberFlag(flags, "threads", 1);
 const batch = numberFlag(flags, "batch", 1);
 const tokens = numberFlag(flags, "tokens", 32);
@@ -82,10 +84,10 @@ async function child(): Promise<Report> {
   }
 }
 
-function inChild(addon: string): Promise<Report> {
+function inChild(addon: string, family: KernelFamily): Promise<Report> {
   return new Promise((done, fail) => {
     const argv = process.argv.slice(2).filter((arg) => arg !== "--child");
-    const worker = fork(fileURLToPath(import.meta.url), [...argv, "--child"], { env: { ...process.env, TORCHSERVE_ADDON: addon }, stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    const worker = fork(fileURLToPath(import.meta.url), [...argv, "--kernels", family, "--child"], { env: { ...process.env, TORCHSERVE_ADDON: addon }, stdio: ["ignore", "inherit", "inherit", "ipc"] });
     let report: Report | undefined;
     worker.on("message", (message) => (report = message as Report));
     worker.on("error", fail);
@@ -103,7 +105,7 @@ if (flags.has("child")) {
   );
 } else {
   const addons = stringFlag(flags, "addons", "").split(",").filter(Boolean).map((path) => resolve(path));
-  if (!ckpt || addons.length === 0) {
+  if (!ckpt || addons.length === 0 || (kernelList.length !== 1 && kernelList.length !== addons.length)) {
     console.error(usage);
     process.exit(2);
   }
@@ -120,21 +122,22 @@ if (flags.has("child")) {
   let config: Record<string, unknown> = {};
   for (let round = 0; round < rounds; round++) {
     for (const [i, addon] of addons.entries()) {
-      const report = await inChild(addon);
+      const report = await inChild(addon, kernelList[kernelList.length === 1 ? 0 : i]!);
       rates[i]!.push(report.tokensPerSecond);
       config = report.config;
     }
   }
   const after = readBandwidth(threads);
   const bytes = streamedWeightBytes(ckpt, config);
-  console.log(`${facts.cpu}, ${facts.cores} cores; ${ckpt}, ${kernels}, ${threads} thread(s), batch ${batch}, ${prompt}-token prompt, ${tokens} tokens x ${reps}, best per round`);
+  console.log(`${facts.cpu}, ${facts.cores} cores; ${ckpt}, ${kernelList.join(" / ")}, ${threads} thread(s), batch ${batch}, ${prompt}-token prompt, ${tokens} tokens x ${reps}, best per round`);
   console.log(`read bandwidth (${threads} thread(s)): ${(before / 1e9).toFixed(1)} GB/s before, ${(after / 1e9).toFixed(1)} after; weights a step streams: ${(bytes / 1e9).toFixed(3)} GB`);
   for (const [i, addon] of addons.entries()) {
     const cells = rates[i]!.map((rate, round) => {
       const share = batch === 1 ? `, ${Math.round(((rate * bytes) / Math.max(before, after)) * 100)}%` : "";
       return i === 0 ? `${rate.toFixed(1)}${share}` : `${rate.toFixed(1)}${share} (${(rate / rates[0]![round]!).toFixed(2)}x)`;
     });
-    console.log(`${addon}: tok/s ${cells.join(" | ")}`);
+    const family = kernelList.length === 1 ? "" : ` (${kernelList[i]})`;
+    console.log(`${addon}${family}: tok/s ${cells.join(" | ")}`);
   }
   if (batch === 1) console.log("(% of the higher of the two bandwidth readings)");
 }
