@@ -33,8 +33,28 @@ import shlex
 import sys
 import time
 
-import numpy as np
-import torch
+
+def _openblas_core_for_amx_cpus():
+    """Debian bookworm's OpenBLAS (0.3.21) picks its Sapphire Rapids kernels on CPUs with AMX,
+    and on one thread (OMP_NUM_THREADS=1) torch.linalg.cholesky's small products in them crash
+    (SIGSEGV in fit_ease, Xeon family 6 model 207). Its Skylake-X kernels run the same AVX-512
+    float32 code without it. Set before numpy or torch loads OpenBLAS; a choice already made in
+    OPENBLAS_CORETYPE is kept."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return
+    if "amx_tile" in flags:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+
+
+_openblas_core_for_amx_cpus()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import Interactions, load_ratings, order_and_dedupe, read_movies, temporal_split  # noqa: E402
