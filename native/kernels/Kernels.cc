@@ -44,7 +44,7 @@
 namespace tsn::avx512_bf16 {
 #include "kernels/KernelsBody.inc"
 }  // namespace tsn::avx512_bf16
-// amx is avx512_bf16 with AMX tiles for the quantized products of many rows (QuantKernels.cc);
+// amx is avx512_bf16 with Q8_0 weights in tile panels, AMX tiles for the products of many rows (QuantKernels.cc);
 // its float and 16-bit kernels are avx512_bf16's, compiled again so that its LinearPanels calls
 // its own QuantLinearPanels.
 namespace tsn::amx {
@@ -358,7 +358,7 @@ int PackedLinear::Interleave(WeightType type) {
   for (int c = 0; c + kQ4KGroupRows <= n_; c += kQ4KGroupRows) {
     bool fits = true;
     for (int j = 0; j < kQ4KGroupRows && fits; ++j) {
-      fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j;
+      fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
     }
     if (!fits) continue;
     uint8_t* at = const_cast<uint8_t*>(rows_[c]);
@@ -374,6 +374,26 @@ int PackedLinear::Interleave(WeightType type) {
   groups_ += groups;
   groupsOf_[static_cast<int>(type)] = groups;
   return groups;
+}
+
+int PackedLinear::TileQ8_0() {
+  if (!quantized() || tiles_ > 0) return 0;
+  const size_t rowBytes = RowBytes(WeightType::Q8_0, k_);
+  if (grouped_.empty()) grouped_.assign(n_, 0);
+  int panels = 0;
+  for (int c = 0; c + kQ8_0TileRows <= n_; c += kQ8_0TileRows) {
+    bool fits = true;
+    for (int j = 0; j < kQ8_0TileRows && fits; ++j) {
+      fits = rowTypes_[c + j] == WeightType::Q8_0 && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
+    }
+    if (!fits) continue;
+    TileQ8_0Rows(const_cast<uint8_t*>(rows_[c]), k_ / 32);
+    std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ8_0TileRows, 2);
+    rowsOf_[static_cast<int>(WeightType::Q8_0)] -= kQ8_0TileRows;
+    ++panels;
+  }
+  tiles_ = panels;
+  return panels;
 }
 
 WeightType WeightTypeOf(const std::string& dtype) {

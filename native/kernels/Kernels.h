@@ -97,10 +97,17 @@ class PackedLinear {
   int InterleaveBlock32();
   // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 and avx512 families' layout).
   int InterleaveQ8_0();
-  // Whether column c lies in an interleaved group (quantRow(c - c % 8) is then the group's, and
-  // rowType(c) its type).
-  bool grouped(int c) const { return groups_ > 0 && grouped_[c] != 0; }
+  // The Q8_0 rows sixteen at a time into the tile panels of TileQ8_0Rows (the amx family's
+  // layout), where they lie, under the same terms: columns c..c+15 (c a multiple of 16) of type
+  // Q8_0 whose rows are consecutive in memory and not yet interleaved. Returns the panels made.
+  int TileQ8_0();
+  // Whether column c is not a GGUF row: it lies in an interleaved group (quantRow(c - c % 8) is
+  // then the group's, and rowType(c) its type) or in a tile panel (quantRow(c - c % 16)).
+  bool grouped(int c) const { return !grouped_.empty() && grouped_[c] != 0; }
+  bool tiled(int c) const { return !grouped_.empty() && grouped_[c] == 2; }
+  // Interleaved groups (of eight), and Q8_0 tile panels (of sixteen).
   int groups() const { return groups_; }
+  int tilePanels() const { return tiles_; }
   int groupsOf(WeightType t) const { return groupsOf_[static_cast<int>(t)]; }
   // Rows of a quantized type outside interleaved groups (a product's passes over the columns
   // run only for the types it has: the 128K-column head of a Llama 3 is all Q6_K).
@@ -125,6 +132,7 @@ class PackedLinear {
   int groups_ = 0;
   int rowsOf_[8] = {};  // by WeightType
   int groupsOf_[8] = {};
+  int tiles_ = 0;
 
   int Interleave(WeightType type);
 };
@@ -183,8 +191,8 @@ struct KernelSet {
                      WeightType cache, int hd, float scale, float* out, int ldo, float* scratch);
 };
 
-// The best family this CPU runs, capped at `cap`: "auto" (no cap), "amx" (avx512_bf16, and AMX
-// tiles for the Q8_0 products of many rows), "avx512_bf16" (AVX-512 with the bf16 dot
+// The best family this CPU runs, capped at `cap`: "auto" (no cap), "amx" (avx512_bf16, with Q8_0
+// weights in tile panels: AMX tiles for the products of many rows), "avx512_bf16" (AVX-512 with the bf16 dot
 // products), "avx512" (16-bit weights widened to float), "avx2" or "baseline"
 // (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
 // name throws CodedError(ERR_INVALID_ARGUMENT).

@@ -227,6 +227,20 @@ void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks) {
   }
 }
 
+void TileQ8_0Rows(uint8_t* rows, int blocks) {
+  const size_t rowBytes = static_cast<size_t>(blocks) * BlockBytes(WeightType::Q8_0);
+  std::vector<uint8_t> source(rows, rows + rowBytes * kQ8_0TileRows);
+  uint8_t* scales = rows + static_cast<size_t>(blocks) * kQ8_0TileBytes;
+  for (int c = 0; c < kQ8_0TileRows; ++c) {
+    for (int b = 0; b < blocks; ++b) {
+      const uint8_t* block = source.data() + rowBytes * c + static_cast<size_t>(b) * 34;
+      std::memcpy(scales + 32 * b + 2 * c, block, 2);
+      uint8_t* tile = rows + static_cast<size_t>(b) * kQ8_0TileBytes;
+      for (int v = 0; v < 32; ++v) tile[64 * (v / 4) + 4 * c + v % 4] = block[2 + v] ^ 0x80;
+    }
+  }
+}
+
 }  // namespace tsn
 
 #pragma GCC push_options
@@ -260,8 +274,9 @@ namespace tsn::avx512_bf16 {
 }  // namespace tsn::avx512_bf16
 #pragma GCC pop_options
 
-// The amx family: avx512_bf16's kernels, and AMX tiles for Q8_0 groups against many rows
-// (Sapphire Rapids and later; Kernels.cc asks Linux for the tile state before choosing it).
+// The amx family: avx512_bf16's kernels, and the Q8_0 tile panels (PackedLinear::TileQ8_0):
+// AMX tiles against many rows, vpdpbusd against few (Sapphire Rapids and later; Kernels.cc asks
+// Linux for the tile state before choosing it).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c,bmi2,amx-tile,amx-int8")
 #define TSN_Q_AMX

@@ -135,4 +135,21 @@ constexpr int kQ8_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q8_0
 // in place.
 void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
 
+// Q8_0 rows in panels of sixteen on the amx family (PackedLinear::TileQ8_0): each block of the
+// sixteen columns is the B operand of an AMX tdpbsud as it lies (a tile of 8 x 64 bytes), and
+// each 64-byte row of it the unsigned operand of one vpdpbusd for the sixteen columns (see
+// TilePanelRun), so no product rearranges weights. The sixteen rows' bytes (16 x 34 a block)
+// are rewritten where they lie:
+//
+//   [0, 512 * blocks)   block b's tile at 512b: its 64 bytes at 64j hold values 4j .. 4j + 3 of
+//                       each column (column n at 4n), each plus 128 (unsigned: q ^ 0x80)
+//   then 32 * blocks    block b's sixteen float16 d at 512 * blocks + 32b
+//
+// A product of unsigned w + 128 by signed activations x sums to dot(w, x) + 128 * sum(x): the
+// activation block's sum, taken off once per row and block, leaves ggml's exact int32 sum.
+constexpr int kQ8_0TileRows = 16;
+constexpr int kQ8_0TileBytes = 512;
+// `rows`: sixteen contiguous Q8_0 rows of `blocks` blocks, laid out in place.
+void TileQ8_0Rows(uint8_t* rows, int blocks);
+
 }  // namespace tsn

@@ -197,12 +197,12 @@ std::string DecoderStepper::OwnWeights() {
   // rows up); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
   // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
   // a 512-bit register), not on avx512_bf16, whose vpdpbusd already fuses the rows' products;
-  // and on amx, whose tiles multiply two groups' blocks against 16 rows at once;
+  // Q8_0 tile panels on amx, whose tiles and vpdpbusd read each block of sixteen columns as it lies;
   // Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
-  const bool q4k = family == "avx2", q8 = q4k || family == "avx512" || family == "amx";
+  const bool q4k = family == "avx2", q8 = q4k || family == "avx512", q8Tiles = family == "amx";
   const std::vector<PackedLinear*> products = Products();
   // The quantized rows more than one matrix reads (none in the layouts of today).
   std::vector<const uint8_t*> rows;
@@ -214,16 +214,20 @@ std::string DecoderStepper::OwnWeights() {
   for (size_t i = 1; i < rows.size(); ++i) {
     if (rows[i] == rows[i - 1]) shared.insert(rows[i]);
   }
-  int groups = 0, groups32 = 0, groupsQ8 = 0;
+  int groups = 0, groups32 = 0, groupsQ8 = 0, tilesQ8 = 0;
   for (PackedLinear* w : products) {
     bool alone = w->quantized();
     for (int c = 0; alone && c < w->n(); ++c) alone = shared.count(w->quantRow(c)) == 0;
     if (!alone) continue;
     if (q4k) groups += w->InterleaveQ4K();
     if (q8) groupsQ8 += w->InterleaveQ8_0();
+    if (q8Tiles) tilesQ8 += w->TileQ8_0();
     groups32 += w->InterleaveBlock32();
   }
   std::string note;
+  if (tilesQ8 > 0) {
+    note = "Q8_0 rows laid out in " + std::to_string(tilesQ8) + " tile panels of sixteen for the " + family + " kernels";
+  }
   for (const auto& [types, count] : {std::pair<const char*, int>{"Q4_K", groups}, {"Q8_0", groupsQ8}, {"Q4_0/Q5_0", groups32}}) {
     if (count == 0) continue;
     note += (note.empty() ? "" : "; ") + std::string(types) + " rows interleaved in " + std::to_string(count) +

@@ -150,16 +150,19 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           });
           expect(choice.runtime, choice.note).to.equal(runtime);
           if (kernels) expect(choice.kernels).to.equal(kernels);
-          // Q4_K rows on the avx2 family, Q8_0 rows on avx2, avx512 and amx (llama-gqa-q4_k_m has no
-          // Q4_K: its widths give it Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family; a
-          // tied head is not grouped.
+          // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (llama-gqa-q4_k_m has no
+          // Q4_K: its widths give it Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family, Q8_0
+          // tile panels on amx; a tied head is not grouped.
           const groups: RegExp[] = [];
           if (runtime === "native" && choice.kernels !== "baseline") {
             const avx2 = choice.kernels === "avx2";
             if (name === "llama-wide-q4_k_m" && avx2) groups.push(/Q4_K rows interleaved in \d+ groups/);
             if (name === "llama-wide-q4_0" || name === "llama-gqa-q4_k_m") groups.push(/Q4_0\/Q5_0 rows interleaved in \d+ groups/);
-            if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && (avx2 || choice.kernels === "avx512" || choice.kernels === "amx")) {
+            if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && (avx2 || choice.kernels === "avx512")) {
               groups.push(/Q8_0 rows interleaved in \d+ groups/);
+            }
+            if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && choice.kernels === "amx") {
+              groups.push(/Q8_0 rows laid out in \d+ tile panels of sixteen for the amx kernels/);
             }
           }
           for (const group of groups.length > 0 ? groups : [/^(?!.*interleaved)/]) expect(choice.note ?? "", label).to.match(group);

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   for (auto& v : weight) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   std::vector<PackedLinear> matrices, headMatrices;
   const auto wtype = static_cast<WeightType>(type);
-  // AB_INTERLEAVE=1 (Q4_K, Q4_0, Q5_0, Q8_0): the head multiplies by the avx2 family's interleaved layout, the
+  // AB_INTERLEAVE=1 (Q4_K, Q4_0, Q5_0, Q8_0): the head multiplies by the avx2 family's interleaved layout (Q8_0
+  // on amx: its tile panels), the
   // base by the GGUF rows (the same values); AB_INTERLEAVE=2: both by the interleaved layout
   // (two builds that both read it).
   const char* interleaveMode = std::getenv("AB_INTERLEAVE");
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
         headMatrices.emplace_back(rows, std::vector<WeightType>(n, wtype), copy, bias.data(), n, k);
         if (wtype == WeightType::Q4_K) {
           headMatrices.back().InterleaveQ4K();
+        } else if (wtype == WeightType::Q8_0 && family == "amx") {
+          headMatrices.back().TileQ8_0();  // the amx family's layout (DecoderStepper::OwnWeights)
         } else if (wtype == WeightType::Q8_0) {
           headMatrices.back().InterleaveQ8_0();
         } else {
