@@ -15,8 +15,8 @@
  *   at least 60% of all tokens must agree (37-48 of 48 did where this was written). Every SIMD
  *   family runs twice: on the GGUF rows, and with the module's weights released as TorchEngine
  *   releases them, when the Q4_0 and Q5_0 rows (on the avx2 family the Q4_K rows too, on avx2 and
- *   avx512 the Q8_0 rows) are interleaved in groups of eight, and on amx the Q8_0 rows laid out in
- *   tile panels of sixteen (the configure note must say so).
+ *   avx512 the Q8_0 rows) are interleaved in groups of eight, and on amx and avx512_bf16 the Q8_0 rows
+ *   laid out in tile panels of sixteen (the configure note must say so).
  * - The checkpoint imported from the GGUF file generates exactly the exported checkpoint's tokens
  *   (the same bytes after undoing llama.cpp's q/k row permutation), and its tokenizer, rebuilt
  *   from the GGUF metadata, tokenizes text as llama.cpp does.
@@ -58,7 +58,7 @@ function python(code: string, ...args: string[]): string {
 
 // `release`: configured as TorchEngine configures it (the module's weights released), so that the
 // Q4_0 and Q5_0 rows (on the avx2 family the Q4_K rows too, on avx2 and avx512 the Q8_0 rows) are
-// interleaved in groups of eight, and on amx the Q8_0 rows laid out in tile panels.
+// interleaved in groups of eight, and on amx and avx512_bf16 the Q8_0 rows laid out in tile panels.
 async function nativeGreedy(path: string, kernels: KernelFamily, release = false): Promise<number[][]> {
   const model = await loadAddon().loadLanguageModel(path, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
   try {
@@ -75,7 +75,7 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
     });
     expect(choice.runtime, choice.note).to.equal("native");
     // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (gqa-q4_k_m has no Q4_K: it is
-    // Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family; on amx, Q8_0 tile panels.
+    // Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family; on amx and avx512_bf16, Q8_0 tile panels.
     const groups: RegExp[] = [];
     if (release && kernels !== "baseline") {
       if (path.includes("wide-q4_k") && kernels === "avx2") groups.push(/Q4_K rows interleaved in \d+ groups/);
@@ -83,8 +83,8 @@ async function nativeGreedy(path: string, kernels: KernelFamily, release = false
       if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && (kernels === "avx2" || kernels === "avx512")) {
         groups.push(/Q8_0 rows interleaved in \d+ groups/);
       }
-      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && kernels === "amx") {
-        groups.push(/Q8_0 rows laid out in \d+ tile panels of sixteen for the amx kernels/);
+      if ((path.includes("q8_0") || path.includes("gqa-q4_k_m")) && (kernels === "amx" || kernels === "avx512_bf16")) {
+        groups.push(/Q8_0 rows laid out in \d+ tile panels of sixteen for the (amx|avx512_bf16) kernels/);
       }
     }
     for (const group of groups.length > 0 ? groups : [/^(?!.*interleaved)/]) expect(choice.note ?? "", path).to.match(group);

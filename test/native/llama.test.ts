@@ -152,7 +152,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           if (kernels) expect(choice.kernels).to.equal(kernels);
           // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (llama-gqa-q4_k_m has no
           // Q4_K: its widths give it Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family, Q8_0
-          // tile panels on amx; a tied head is not grouped.
+          // tile panels on amx and avx512_bf16; a tied head is not grouped.
           const groups: RegExp[] = [];
           if (runtime === "native" && choice.kernels !== "baseline") {
             const avx2 = choice.kernels === "avx2";
@@ -161,8 +161,8 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && (avx2 || choice.kernels === "avx512")) {
               groups.push(/Q8_0 rows interleaved in \d+ groups/);
             }
-            if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && choice.kernels === "amx") {
-              groups.push(/Q8_0 rows laid out in \d+ tile panels of sixteen for the amx kernels/);
+            if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && (choice.kernels === "amx" || choice.kernels === "avx512_bf16")) {
+              groups.push(/Q8_0 rows laid out in \d+ tile panels of sixteen for the (amx|avx512_bf16) kernels/);
             }
           }
           for (const group of groups.length > 0 ? groups : [/^(?!.*interleaved)/]) expect(choice.note ?? "", label).to.match(group);

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         headMatrices.emplace_back(rows, std::vector<WeightType>(n, wtype), copy, bias.data(), n, k);
         if (wtype == WeightType::Q4_K) {
           headMatrices.back().InterleaveQ4K();
-        } else if (wtype == WeightType::Q8_0 && family == "amx") {
+        } else if (wtype == WeightType::Q8_0 && (family == "amx" || family == "avx512_bf16")) {
           headMatrices.back().TileQ8_0();  // the amx family's layout (DecoderStepper::OwnWeights)
         } else if (wtype == WeightType::Q8_0) {
           headMatrices.back().InterleaveQ8_0();
