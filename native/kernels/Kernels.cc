@@ -352,25 +352,13 @@ int PackedLinear::InterleaveQ8_0() { return Interleave(WeightType::Q8_0); }
 
 int PackedLinear::Interleave(WeightType type) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
-  const size_t rowBytes = RowBytes(type, k_);
-  if (grouped_.empty()) grouped_.assign(n_, 0);
-  int groups = 0;
-  for (int c = 0; c + kQ4KGroupRows <= n_; c += kQ4KGroupRows) {
-    bool fits = true;
-    for (int j = 0; j < kQ4KGroupRows && fits; ++j) {
-      fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
-    }
-    if (!fits) continue;
-    uint8_t* at = const_cast<uint8_t*>(rows_[c]);
+  const int groups = Regroup(type, kQ4KGroupRows, 1, [this, type](uint8_t* at) {
     if (type == WeightType::Q4_K) {
       InterleaveQ4KRows(at, k_ / 256);
     } else {
       InterleaveBlock32Rows(type, at, k_ / 32);
     }
-    std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ4KGroupRows, 1);
-    rowsOf_[static_cast<int>(type)] -= kQ4KGroupRows;
-    ++groups;
-  }
+  });
   groups_ += groups;
   groupsOf_[static_cast<int>(type)] = groups;
   return groups;
@@ -378,22 +366,27 @@ int PackedLinear::Interleave(WeightType type) {
 
 int PackedLinear::TileQ8_0() {
   if (!quantized() || tiles_ > 0) return 0;
-  const size_t rowBytes = RowBytes(WeightType::Q8_0, k_);
+  tiles_ = Regroup(WeightType::Q8_0, kQ8_0TileRows, 2, [this](uint8_t* at) { TileQ8_0Rows(at, k_ / 32); });
+  return tiles_;
+}
+
+template <typename Rewrite>
+int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite) {
+  const size_t rowBytes = RowBytes(type, k_);
   if (grouped_.empty()) grouped_.assign(n_, 0);
-  int panels = 0;
-  for (int c = 0; c + kQ8_0TileRows <= n_; c += kQ8_0TileRows) {
+  int made = 0;
+  for (int c = 0; c + width <= n_; c += width) {
     bool fits = true;
-    for (int j = 0; j < kQ8_0TileRows && fits; ++j) {
-      fits = rowTypes_[c + j] == WeightType::Q8_0 && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
+    for (int j = 0; j < width && fits; ++j) {
+      fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
     }
     if (!fits) continue;
-    TileQ8_0Rows(const_cast<uint8_t*>(rows_[c]), k_ / 32);
-    std::fill(grouped_.begin() + c, grouped_.begin() + c + kQ8_0TileRows, 2);
-    rowsOf_[static_cast<int>(WeightType::Q8_0)] -= kQ8_0TileRows;
-    ++panels;
+    rewrite(const_cast<uint8_t*>(rows_[c]));
+    std::fill(grouped_.begin() + c, grouped_.begin() + c + width, mark);
+    rowsOf_[static_cast<int>(type)] -= width;
+    ++made;
   }
-  tiles_ = panels;
-  return panels;
+  return made;
 }
 
 WeightType WeightTypeOf(const std::string& dtype) {

@@ -97,7 +97,7 @@ class PackedLinear {
   int InterleaveBlock32();
   // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 and avx512 families' layout).
   int InterleaveQ8_0();
-  // The Q8_0 rows sixteen at a time into the tile panels of TileQ8_0Rows (the amx family's
+  // The Q8_0 rows sixteen at a time into the tile panels of TileQ8_0Rows (the VNNI families'
   // layout), where they lie, under the same terms: columns c..c+15 (c a multiple of 16) of type
   // Q8_0 whose rows are consecutive in memory and not yet interleaved. Returns the panels made.
   int TileQ8_0();
@@ -135,6 +135,11 @@ class PackedLinear {
   int tiles_ = 0;
 
   int Interleave(WeightType type);
+  // The rows of `type` `width` at a time (columns c..c+width-1, c a multiple of width, whose rows
+  // are consecutive in memory and in no group yet), each run rewritten in place by `rewrite` and
+  // marked `mark` in grouped_ (1 a group, 2 a tile panel). Returns the runs made.
+  template <typename Rewrite>
+  int Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite);
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",

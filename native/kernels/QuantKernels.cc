@@ -235,7 +235,7 @@ void TileQ8_0Rows(uint8_t* rows, int blocks) {
   for (int b = 0; b < blocks; ++b) {
     const uint8_t* blocks16[kQ8_0TileRows];
     for (int c = 0; c < kQ8_0TileRows; ++c) {
-      blocks16[c] = source.data() + rowBytes * c + static_cast<size_t>(b) * 34;
+      blocks16[c] = source.data() + rowBytes * c + static_cast<size_t>(b) * BlockBytes(WeightType::Q8_0);
       std::memcpy(scales + 32 * b + 2 * c, blocks16[c], 2);
     }
     uint8_t* tile = rows + static_cast<size_t>(b) * kQ8_0TileBytes;
