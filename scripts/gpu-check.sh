@@ -16,6 +16,9 @@
 # checkpoint, e.g. from scripts/model/export_hf.py --dtype bfloat16, is benchmarked in its own
 # dtype); TEST_NATIVE_SET a folder where `test/model/python/make_hf_fixture.py DIR --native-set`
 # already made the Llama set (otherwise this Python's torch makes it, in a few seconds).
+# A CUDA host with no Node (and no network): `node scripts/gpu-bundle.mjs` here, copy the checkout
+# with .gpu-bundle/ there, then `bash .gpu-bundle/unpack.sh && PATH="$PWD/.gpu-bundle/bin:$PATH"
+# bash scripts/gpu-check.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
