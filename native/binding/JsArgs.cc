@@ -168,6 +168,11 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
     throw CodedError(ErrorCode::kInvalidArgument, "torchscriptDequantize must be \"auto\", \"once\" or \"every-call\", got \"" +
                                                       request.scriptDequantize + "\"");
   }
+  request.scriptOptimize = TextField(settings, "torchscriptOptimize", "auto");
+  if (request.scriptOptimize != "auto" && request.scriptOptimize != "on" && request.scriptOptimize != "off") {
+    throw CodedError(ErrorCode::kInvalidArgument, "torchscriptOptimize must be \"auto\", \"on\" or \"off\", got \"" +
+                                                      request.scriptOptimize + "\"");
+  }
   const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
   if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
   request.kvBudgetBytes = budgetMb << 20;

@@ -166,12 +166,17 @@ void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request
 std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const RuntimeRequest& request,
                                                  std::string& note) {
   DequantizeForScript(model, request, note);
+  std::optional<bool> optimize;
+  if (request.scriptOptimize != "auto") {
+    optimize = request.scriptOptimize == "on";
+    AddNote(note, std::string("torch's graph optimiser ") + (*optimize ? "on" : "off") + " (SERVICE_TORCHSCRIPT_OPTIMIZE)");
+  }
   if (!ScriptWidens(model, request)) {
-    return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes);
+    return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes, optimize);
   }
   AddNote(note, std::string("it computes the ") + c10::toString(request.dtype) + " checkpoint in float32" +
                     (request.scriptCompute == "float32" ? "" : " (this CPU has no fast 16-bit matmuls)"));
-  return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes);
+  return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes, optimize);
 }
 
 // Seconds since the last Lap (or construction), recorded under `name` in `phases`.

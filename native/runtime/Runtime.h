@@ -29,6 +29,10 @@ struct RuntimeRequest {
   // (SERVICE_TORCHSCRIPT_DEQUANTIZE): "auto" (once at load on a GPU, on every call on the CPU),
   // "once" or "every-call". Once holds them dequantized in the checkpoint's dtype (float32).
   std::string scriptDequantize = "auto";
+  // Whether the TorchScript runtime runs the forward through torch's graph optimiser
+  // (SERVICE_TORCHSCRIPT_OPTIMIZE): "auto" (on for a float checkpoint, off for a quantized one:
+  // ScriptStepper), "on" or "off".
+  std::string scriptOptimize = "auto";
   int64_t kvBudgetBytes = 0;      // cache budget (SERVICE_KV_BUDGET_MB); 0: each runtime's default
   // Once the native runtime is chosen, release the module's parameters (it has packed its own
   // copy), so the weights are held once. The module's forward cannot run after that, nor can

@@ -55,12 +55,12 @@ void ForgetDequantized(torch::jit::Module& module) {
 }
 
 ScriptStepper::ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::Device device,
-                             c10::ScalarType cacheDtype, int64_t kvBudgetBytes)
+                             c10::ScalarType cacheDtype, int64_t kvBudgetBytes, std::optional<bool> optimize)
     : module_(std::move(module)),
       device_(device),
       cacheDtype_(cacheDtype),
       kvBudgetBytes_(kvBudgetBytes),
-      optimize_(!Quantized(*module_)) {}
+      optimize_(optimize.value_or(!Quantized(*module_))) {}
 
 int64_t ScriptStepper::DefaultKvBudget(c10::Device device) {
   if (device.is_cpu()) return 256LL << 20;

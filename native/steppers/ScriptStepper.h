@@ -20,6 +20,7 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <optional>
 
 #include "steppers/Stepper.h"
 
@@ -45,8 +46,10 @@ void ForgetDequantized(torch::jit::Module& module);
 class ScriptStepper : public Stepper {
  public:
   // kvBudgetBytes: memory for the cache; <= 0 picks the default (DefaultKvBudget).
+  // optimize: whether forward runs through torch's graph optimiser; unset: on unless the
+  // checkpoint is quantized (below).
   ScriptStepper(std::shared_ptr<torch::jit::Module> module, c10::Device device, c10::ScalarType cacheDtype,
-                int64_t kvBudgetBytes = 0);
+                int64_t kvBudgetBytes = 0, std::optional<bool> optimize = std::nullopt);
 
   // Reuses the cache it already has when it holds `batch` rows (stale slots are never read:
   // docs/checkpoint.md section 1), so a model allocates it once.

@@ -6,12 +6,15 @@
  *
  *   node dist/scripts/bench/device-decode.js [--ckpt models/brown-gpt.pt] [--device cuda]
  *        [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline]
- *        [--dequantize auto|once|every-call]
+ *        [--dequantize auto|once|every-call] [--optimize auto|on|off]
  *
  * --baseline also times a plain Python TorchScript loop on the same checkpoint, device and
  * shapes in the same run (scripts/bench/engine_decode_baseline.py, with TORCHSERVE_PYTHON or
  * python3) and adds its step and our speed-up to the table. --dequantize is
- * SERVICE_TORCHSCRIPT_DEQUANTIZE for a quantized checkpoint. The JSON goes to .cache/bench/.
+ * SERVICE_TORCHSCRIPT_DEQUANTIZE for a quantized checkpoint; --optimize is
+ * SERVICE_TORCHSCRIPT_OPTIMIZE, and with --baseline the Python loop runs with torch's graph
+ * optimiser the same way ("auto" leaves the loop's on, torch's default). The JSON goes to
+ * .cache/bench/.
  */
 import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
@@ -32,11 +35,12 @@ const { values: args } = parseArgs({
     threads: { type: "string", default: String(Math.min(8, Math.max(1, availableParallelism() - 1))) },
     baseline: { type: "boolean", default: false },
     dequantize: { type: "string", default: "auto" },
+    optimize: { type: "string", default: "auto" },
     help: { type: "boolean", default: false },
   },
 });
 if (args.help) {
-  console.log("usage: node dist/scripts/bench/device-decode.js [--ckpt PATH] [--device cuda] [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline] [--dequantize auto|once|every-call]");
+  console.log("usage: node dist/scripts/bench/device-decode.js [--ckpt PATH] [--device cuda] [--batches 1,8,16,32,64] [--tokens 64] [--prompt 16] [--threads N] [--baseline] [--dequantize auto|once|every-call] [--optimize auto|on|off]");
   process.exit(0);
 }
 const batches = args.batches!.split(",").map(Number);
@@ -49,7 +53,8 @@ function pythonLoop(): Record<number, number> {
     process.env.TORCHSERVE_PYTHON || "python3",
     [join(repoRoot, "scripts", "bench", "engine_decode_baseline.py"), args.ckpt!, "--device", args.device!,
       "--threads", args.threads!, "--batches", batches.join(","), "--new-tokens", String(tokens),
-      "--prompt-len", String(promptLength), "--prefill-len", String(promptLength)],
+      "--prompt-len", String(promptLength), "--prefill-len", String(promptLength),
+      ...(args.optimize === "off" ? ["--optimize", "off"] : [])],
     { encoding: "utf8", env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" } },
   );
   return (JSON.parse(out) as { decode_step_seconds: Record<number, number> }).decode_step_seconds;
@@ -61,7 +66,8 @@ try {
   const dtype = (config.dtype ?? "float32") as "float32" | "bfloat16" | "float16";
   // No end-of-sequence: every row runs to its limit, so the step count is known.
   const dequantize = args.dequantize as "auto" | "once" | "every-call";
-  const { note } = await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "torchscript", dtype, torchscriptDequantize: dequantize });
+  const { note } = await model.configure({ contextLength: config.block_size, eosTokenIds: [], runtime: "torchscript", dtype, torchscriptDequantize: dequantize,
+    torchscriptOptimize: args.optimize as "auto" | "on" | "off" });
   if (note) console.log(`device-decode: ${note}`);
   const rows = (batch: number, maxNewTokens: number) =>
     Array.from({ length: batch }, (_, i) => ({
@@ -95,7 +101,7 @@ try {
     }
     console.log(`| ${row.batch} | ${row.prefillMs.toFixed(1)} | ${row.stepMs.toFixed(2)} | ${row.tokensPerSecond.toFixed(0)} |${extra}`);
   }
-  writeResults("device-decode", { ckpt: args.ckpt, device: model.device, dtype, promptLength, tokens, rows: rowsOut });
+  writeResults("device-decode", { ckpt: args.ckpt, device: model.device, dtype, optimize: args.optimize, promptLength, tokens, rows: rowsOut });
 } finally {
   await model.dispose();
 }

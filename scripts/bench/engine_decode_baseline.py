@@ -28,6 +28,8 @@ def parse_args():
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--prefill-len", type=int, default=500)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--optimize", choices=["on", "off"], default="on",
+                    help="torch's graph optimiser for the forward (device-decode.ts --optimize off)")
     return ap.parse_args()
 
 
@@ -75,6 +77,7 @@ def matmul_gflops(n: int = 512, repeats: int = 50) -> float:
 def main():
     args = ARGS
     torch.set_num_threads(args.threads)
+    torch._C._set_graph_executor_optimize(args.optimize == "on")
     extra = {"config.json": ""}
     module = torch.jit.load(args.checkpoint, map_location=args.device, _extra_files=extra)
     module.eval()

@@ -66,6 +66,13 @@ export interface TorchEngineOptions {
    */
   torchscriptDequantize?: "auto" | "once" | "every-call";
   /**
+   * Whether the TorchScript runtime runs the forward through torch's graph optimiser: "auto"
+   * (default: on for a float checkpoint, where on a GPU it fuses the step's element-wise work;
+   * off for a quantized one, whose dequantizing graph took seconds to optimise at every new
+   * input shape), "on" or "off" (docs/benchmarks.md section 8).
+   */
+  torchscriptOptimize?: "auto" | "on" | "off";
+  /**
    * Where verdicts of the native runtime's load-time check are remembered
    * (SERVICE_LOAD_CHECK_CACHE), so the same checkpoint on the same build, kernel family and
    * threads is checked once, not on every load. Default: nowhere (every load checks).
@@ -181,6 +188,7 @@ export class TorchEngine implements TextGenerationEngine {
         dtype: checkpointDtype(config),
         torchscriptCompute: options.torchscriptCompute ?? "auto",
         torchscriptDequantize: options.torchscriptDequantize ?? "auto",
+        torchscriptOptimize: options.torchscriptOptimize ?? "auto",
         modelConfig: config.raw,
         // The engine never calls the module's forward itself: on the native runtime the weights are held once.
         releaseModuleWeights: true,

@@ -125,6 +125,12 @@ export interface RawLanguageModelSettings {
    */
   torchscriptDequantize?: "auto" | "once" | "every-call";
   /**
+   * Whether the TorchScript runtime runs the forward through torch's graph optimiser
+   * (SERVICE_TORCHSCRIPT_OPTIMIZE): "auto" (default: on for a float checkpoint, off for a
+   * quantized one), "on" or "off".
+   */
+  torchscriptOptimize?: "auto" | "on" | "off";
+  /**
    * Once the native runtime is chosen, release the TorchScript module's parameters (the native
    * runtime packed its own copy), so the weights are held once. Default false. After that the
    * module's forward cannot run and configure() refuses to run again.

@@ -29,6 +29,8 @@ export interface EngineEnv {
   torchscriptCompute: "auto" | "checkpoint" | "float32";
   /** SERVICE_TORCHSCRIPT_DEQUANTIZE: when the TorchScript runtime dequantizes a quantized checkpoint's weights; "auto" (default). */
   torchscriptDequantize: "auto" | "once" | "every-call";
+  /** SERVICE_TORCHSCRIPT_OPTIMIZE: whether the TorchScript runtime runs torch's graph optimiser; "auto" (default). */
+  torchscriptOptimize: "auto" | "on" | "off";
   /** SERVICE_KV_BUDGET_MB: memory for the KV cache of either runtime, in MiB; undefined: the engine's default. */
   kvBudgetMb: number | undefined;
   /** SERVICE_STEP_TOKENS: tokens one decode step may feed; 0: unchunked; undefined: the default (256). */
@@ -154,6 +156,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     kernels: oneOf(env, "SERVICE_KERNELS", ["auto", "amx", "avx512_bf16", "avx512", "avx2", "baseline"] as const, "auto"),
     torchscriptCompute: oneOf(env, "SERVICE_TORCHSCRIPT_COMPUTE", ["auto", "checkpoint", "float32"] as const, "auto"),
     torchscriptDequantize: oneOf(env, "SERVICE_TORCHSCRIPT_DEQUANTIZE", ["auto", "once", "every-call"] as const, "auto"),
+    torchscriptOptimize: oneOf(env, "SERVICE_TORCHSCRIPT_OPTIMIZE", ["auto", "on", "off"] as const, "auto"),
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
     prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),

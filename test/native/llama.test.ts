@@ -308,6 +308,37 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
     });
   }
 
+  // The optimiser's default is on for a float checkpoint and off for a quantized one; each is
+  // asked the other way here, on a fresh load each (a module's graph executor is not switched
+  // between plans), and held to the reference's greedy tokens, alone and batched.
+  for (const name of ["llama-gqa", "llama-gqa-q8_0"]) {
+    it(`SERVICE_TORCHSCRIPT_OPTIMIZE: ${name} agrees with the reference with torch's graph optimiser on and off`, async () => {
+      const checkpoint = reference[name]!;
+      const settings = { contextLength: 64, eosTokenIds: [], runtime: "torchscript" as const, architecture: checkpoint.architecture, dtype: checkpoint.dtype };
+      for (const mode of ["on", "off", "auto"] as const) {
+        const model = await addon.loadLanguageModel(checkpoint.file, { device, extraFiles: ["config.json"], threads: 2 });
+        try {
+          const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+          const choice = await model.configure({ ...settings, modelConfig: config, torchscriptOptimize: mode });
+          if (mode === "auto") expect(choice.note ?? "").to.not.include("graph optimiser");
+          else expect(choice.note).to.include(`torch's graph optimiser ${mode} (SERVICE_TORCHSCRIPT_OPTIMIZE)`);
+          for (const c of checkpoint.cases) {
+            agreedSteps(c, Array.from((await model.generate([greedy(c)], null).result)[0]!), 1e-3, `${name}, optimiser ${mode}`);
+          }
+          const batch = (await model.generate(checkpoint.cases.map(greedy), null).result).map((o) => Array.from(o));
+          checkpoint.cases.forEach((c, i) => agreedSteps(c, batch[i]!, 1e-3, `${name}, optimiser ${mode} (batch)`));
+          if (mode === "auto") {
+            const bad = await rejection(model.configure({ ...settings, modelConfig: config, torchscriptOptimize: "yes" as never }));
+            expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
+            expect(bad.message).to.include("torchscriptOptimize");
+          }
+        } finally {
+          await model.dispose();
+        }
+      }
+    });
+  }
+
   it("SERVICE_TORCHSCRIPT_COMPUTE: the TorchScript runtime computes bf16 in float32 where the CPU has no fast bf16 matmuls, or as asked", async () => {
     const checkpoint = reference["llama-gqa-bf16"]!;
     const model = await addon.loadLanguageModel(checkpoint.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
