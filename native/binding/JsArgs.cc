@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
@@ -14,6 +15,20 @@ namespace {
 std::string TextField(const Napi::Object& object, const char* name, const std::string& fallback) {
   Napi::Value value = object.Get(name);
   return value.IsString() ? value.As<Napi::String>().Utf8Value() : fallback;
+}
+
+// A text setting that must be one of `choices` (the first is its default when absent), or a
+// caller's error naming the setting, the choices and the value given.
+std::string ChoiceField(const Napi::Object& object, const char* name, std::initializer_list<const char*> choices) {
+  const std::string value = TextField(object, name, *choices.begin());
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
+  std::string message = std::string(name) + " must be ";
+  size_t i = 0;
+  for (const char* choice : choices) {
+    message += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string("\"") + choice + "\"";
+    ++i;
+  }
+  throw CodedError(ErrorCode::kInvalidArgument, message + ", got \"" + value + "\"");
 }
 
 c10::ScalarType ParseDtype(const std::string& name) {
@@ -150,29 +165,14 @@ DecodeSettings ParseDecodeSettings(const Napi::Object& settings) {
 
 RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   RuntimeRequest request;
-  request.runtime = TextField(settings, "runtime", "auto");
-  if (request.runtime != "auto" && request.runtime != "native" && request.runtime != "torchscript") {
-    throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
-  }
+  request.runtime = ChoiceField(settings, "runtime", {"auto", "native", "torchscript"});
   request.architecture = TextField(settings, "architecture", "");
   request.kernels = TextField(settings, "kernels", "auto");
   SelectKernels(request.kernels);  // an unknown family is the caller's mistake, not a fallback
   request.dtype = ParseDtype(TextField(settings, "dtype", "float32"));
-  request.scriptCompute = TextField(settings, "torchscriptCompute", "auto");
-  if (request.scriptCompute != "auto" && request.scriptCompute != "checkpoint" && request.scriptCompute != "float32") {
-    throw CodedError(ErrorCode::kInvalidArgument,
-                     "torchscriptCompute must be \"auto\", \"checkpoint\" or \"float32\", got \"" + request.scriptCompute + "\"");
-  }
-  request.scriptDequantize = TextField(settings, "torchscriptDequantize", "auto");
-  if (request.scriptDequantize != "auto" && request.scriptDequantize != "once" && request.scriptDequantize != "every-call") {
-    throw CodedError(ErrorCode::kInvalidArgument, "torchscriptDequantize must be \"auto\", \"once\" or \"every-call\", got \"" +
-                                                      request.scriptDequantize + "\"");
-  }
-  request.scriptOptimize = TextField(settings, "torchscriptOptimize", "auto");
-  if (request.scriptOptimize != "auto" && request.scriptOptimize != "on" && request.scriptOptimize != "off") {
-    throw CodedError(ErrorCode::kInvalidArgument, "torchscriptOptimize must be \"auto\", \"on\" or \"off\", got \"" +
-                                                      request.scriptOptimize + "\"");
-  }
+  request.scriptCompute = ChoiceField(settings, "torchscriptCompute", {"auto", "checkpoint", "float32"});
+  request.scriptDequantize = ChoiceField(settings, "torchscriptDequantize", {"auto", "once", "every-call"});
+  request.scriptOptimize = ChoiceField(settings, "torchscriptOptimize", {"auto", "on", "off"});
   const int64_t budgetMb = IntField(settings, "kvBudgetMb", 0);
   if (budgetMb < 0) throw CodedError(ErrorCode::kInvalidArgument, "configure(): kvBudgetMb must be >= 0 (0: default)");
   request.kvBudgetBytes = budgetMb << 20;
@@ -185,11 +185,7 @@ RuntimeRequest ParseRuntimeRequest(const Napi::Object& settings, int threads) {
   if (fields.IsObject()) AddFields(fields.As<Napi::Object>(), "", 0, request.fields);
   request.threads = std::max(1, threads);
   request.checkCacheDir = TextField(settings, "loadCheckCache", "");
-  const std::string check = TextField(settings, "loadCheck", "cached");
-  if (check != "cached" && check != "always") {
-    throw CodedError(ErrorCode::kInvalidArgument, "loadCheck must be \"cached\" or \"always\", got \"" + check + "\"");
-  }
-  request.forceCheck = check == "always";
+  request.forceCheck = ChoiceField(settings, "loadCheck", {"cached", "always"}) == "always";
   return request;
 }
 

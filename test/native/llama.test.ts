@@ -60,6 +60,19 @@ const arms: Array<{ runtime: "native" | "torchscript"; kernels?: KernelFamily }>
   { runtime: "torchscript" },
 ];
 
+/** Each case greedily alone, then all in one batch, each held to the reference's tokens; the outputs alone. */
+async function greedyAloneAndBatched(model: RawLanguageModel, checkpoint: ReferenceCheckpoint, tolerance: number, label: string): Promise<number[][]> {
+  const alone: number[][] = [];
+  for (const c of checkpoint.cases) {
+    const out = Array.from((await model.generate([greedy(c)], null).result)[0]!);
+    agreedSteps(c, out, tolerance, label);
+    alone.push(out);
+  }
+  const batch = (await model.generate(checkpoint.cases.map(greedy), null).result).map((o) => Array.from(o));
+  checkpoint.cases.forEach((c, i) => agreedSteps(c, batch[i]!, tolerance, `${label} (batch)`));
+  return alone;
+}
+
 describe("llama and 16-bit checkpoints", function () {
   let reference: Record<string, ReferenceCheckpoint>;
 
@@ -280,14 +293,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           if (mode === "once") expect(choice.note).to.match(/dequantized \d+ quantized matrices once at load/);
           else expect(choice.note ?? "").to.not.include("dequantized");
           moduleBytes[mode] = (await model.weightBytes()).module;
-          outputs[mode] = [];
-          for (const c of checkpoint.cases) {
-            const out = Array.from((await model.generate([greedy(c)], null).result)[0]!);
-            agreedSteps(c, out, 1e-3, `${name}, ${mode}`);
-            outputs[mode]!.push(out);
-          }
-          const batch = (await model.generate(checkpoint.cases.map(greedy), null).result).map((o) => Array.from(o));
-          checkpoint.cases.forEach((c, i) => agreedSteps(c, batch[i]!, 1e-3, `${name}, ${mode} (batch)`));
+          outputs[mode] = await greedyAloneAndBatched(model, checkpoint, 1e-3, `${name}, ${mode}`);
           if (mode === "once") {
             const bad = await rejection(model.configure({ ...settings, modelConfig: config, torchscriptDequantize: "never" as never }));
             expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
@@ -322,11 +328,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
           const choice = await model.configure({ ...settings, modelConfig: config, torchscriptOptimize: mode });
           if (mode === "auto") expect(choice.note ?? "").to.not.include("graph optimiser");
           else expect(choice.note).to.include(`torch's graph optimiser ${mode} (SERVICE_TORCHSCRIPT_OPTIMIZE)`);
-          for (const c of checkpoint.cases) {
-            agreedSteps(c, Array.from((await model.generate([greedy(c)], null).result)[0]!), 1e-3, `${name}, optimiser ${mode}`);
-          }
-          const batch = (await model.generate(checkpoint.cases.map(greedy), null).result).map((o) => Array.from(o));
-          checkpoint.cases.forEach((c, i) => agreedSteps(c, batch[i]!, 1e-3, `${name}, optimiser ${mode} (batch)`));
+          await greedyAloneAndBatched(model, checkpoint, 1e-3, `${name}, optimiser ${mode}`);
           if (mode === "auto") {
             const bad = await rejection(model.configure({ ...settings, modelConfig: config, torchscriptOptimize: "yes" as never }));
             expect(bad.code).to.equal("ERR_INVALID_ARGUMENT");
