@@ -71,6 +71,10 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
     auto work = [&] {
       for (size_t i = next++; i < deferred_.size(); i = next++) {
         const Deferred& d = deferred_[i];
+        // Huge pages before the first write: a 1.3 GB Q8_0 archive's fresh 4 KiB pages cost
+        // more to fault in than to copy (archive 0.73 -> 0.37-0.44 s), and the weights, read
+        // in place by the native runtime, then stream through fewer TLB entries.
+        AdviseHugePages(d.buf, d.n);
         if (ReadAt(d.pos, d.buf, d.n) != d.n) complete = false;
       }
     };
