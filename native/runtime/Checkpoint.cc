@@ -156,6 +156,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   torch::jit::ExtraFilesMap extra;
   for (const auto& name : extraFileNames) extra[name] = kAbsent;
   if (languageModel) extra["config.json"] = kAbsent;
+  if (languageModel) extra[kLoadCheckFile] = kAbsent;
   try {
     if (loaded.device.is_cpu()) {
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));
@@ -175,7 +176,12 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   }
   loaded.module->eval();
   for (auto& [name, content] : extra) {
-    if (content != kAbsent) loaded.extraFiles[name] = std::move(content);
+    if (content == kAbsent) continue;
+    if (languageModel && name == kLoadCheckFile) {
+      loaded.loadCheckReference = std::move(content);
+    } else {
+      loaded.extraFiles[name] = std::move(content);
+    }
   }
 
   if (languageModel) {

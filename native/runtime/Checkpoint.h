@@ -15,7 +15,14 @@ struct LoadedModel {
   std::shared_ptr<torch::jit::Module> module;
   c10::Device device{c10::kCPU};
   std::map<std::string, std::string> extraFiles;  // only those present in the archive
+  // The load-time check's reference logits from the export (kLoadCheckFile), if it carries
+  // them; kept apart from extraFiles (binary, and not for JS).
+  std::string loadCheckReference;
 };
+
+// The extra file a language model's export writes the load-time check's reference logits to
+// (python/torchserve_node/export_gpt.py: load_check_reference).
+inline constexpr const char* kLoadCheckFile = "load_check.bin";
 
 // Blocking; run it off the JS thread. For a language model the serving interface is
 // checked too (forward, cache_shape, interface_version() == 1, config.json present).

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <tuple>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -67,11 +70,37 @@ std::vector<at::Tensor> ReferenceLogits(Stepper& stepper, const Probe& probe) {
   return {all.narrow(0, 0, 2).clone(), all.narrow(0, 2, 2).clone()};
 }
 
-// Largest logit difference of two probes, relative to the reference logits' size.
+// The reference logits a checkpoint carries from its export (export_gpt.py's
+// load_check_reference: the magic, int64 first, second, rows and vocabulary size, the probe's
+// int64 tokens, float32 logits [4, vocabulary], little-endian as this CPU), split as
+// ReferenceLogits splits its own. Empty where they are absent, malformed or for another probe
+// (another probe length or tokens, or another vocabulary than config.json's): then the
+// checkpoint's forward runs for them.
+std::vector<at::Tensor> StoredReference(const std::string& blob, const Probe& probe, int64_t vocab) {
+  static constexpr char kMagic[8] = {'T', 'S', 'N', 'L', 'C', 'H', 'K', '1'};
+  int64_t header[4] = {0, 0, 0, 0};
+  constexpr size_t kHead = sizeof kMagic + sizeof header;
+  if (blob.size() < kHead || std::memcmp(blob.data(), kMagic, sizeof kMagic) != 0) return {};
+  std::memcpy(header, blob.data() + sizeof kMagic, sizeof header);
+  const auto [first, second, rows, width] = std::tuple(header[0], header[1], header[2], header[3]);
+  if (first != probe.first || second != probe.second || rows != 4 || width != vocab || width <= 0) return {};
+  const size_t tokenBytes = static_cast<size_t>(probe.tokens.numel()) * sizeof(int64_t);
+  if (blob.size() != kHead + tokenBytes + static_cast<size_t>(rows * width) * sizeof(float)) return {};
+  at::Tensor tokens = at::empty(probe.tokens.sizes(), at::kLong);
+  std::memcpy(tokens.data_ptr(), blob.data() + kHead, tokenBytes);
+  if (!at::equal(tokens, probe.tokens)) return {};
+  at::Tensor logits = at::empty({rows, width}, at::kFloat);
+  std::memcpy(logits.data_ptr(), blob.data() + kHead + tokenBytes, static_cast<size_t>(logits.nbytes()));
+  return {logits.narrow(0, 0, 2).clone(), logits.narrow(0, 2, 2).clone()};
+}
+
+// Largest logit difference of two probes, relative to the reference logits' size (infinite
+// where their shapes differ).
 double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<at::Tensor>& candidate) {
   double worst = 0;
   for (size_t step = 0; step < reference.size(); ++step) {
     const at::Tensor& a = reference[step];
+    if (step >= candidate.size() || !a.sizes().equals(candidate[step].sizes())) return HUGE_VAL;
     const double scale = std::max(1.0, a.abs().max().item<double>());
     worst = std::max(worst, (a - candidate[step]).abs().max().item<double>() / scale);
   }
@@ -216,10 +245,12 @@ std::string CheckKey(const RuntimeRequest& request, const std::string& family, c
 }
 
 // The load-time check: the checkpoint's own forward on the probe (its 16-bit parameters
-// widened to float32 in place for it, and narrowed back after), then the native stepper is
-// built (`native`) and run on the same tokens. The largest relative logit difference.
+// widened to float32 in place for it, and narrowed back after), or the same logits as its
+// export stored them (`stored` is then set); then the native stepper is built (`native`) and
+// run on the same tokens. The largest relative logit difference.
 double CheckNative(const LoadedModel& model, const RuntimeRequest& request, const NativeFactory& factory,
-                   const KernelSet& kernels, int64_t context, std::unique_ptr<Stepper>& native, PhaseClock& clock) {
+                   const KernelSet& kernels, int64_t context, std::unique_ptr<Stepper>& native, PhaseClock& clock,
+                   bool& stored) {
   const bool sixteen = request.dtype != at::kFloat;
   // The reference logits come first, so nothing of the reference is alive while the native
   // weights are packed. A 16-bit checkpoint is checked against its forward run in float32
@@ -227,8 +258,10 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
   // and narrowed back after it (exactly), so a float32 copy of the module is never held
   // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
   const Probe probe(context);
-  std::vector<at::Tensor> expected;
-  {
+  std::vector<at::Tensor> expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
+  stored = !expected.empty();
+  if (stored) clock.Lap("stored reference");
+  if (!stored) {
     // The probe runs with torch's graph optimiser on, although one call needs no optimised
     // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
     // first call with the optimiser off left the module's forward failing an internal assert
@@ -240,7 +273,7 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
     expected = ReferenceLogits(reference, probe);
     clock.Lap("reference forward");
   }
-  if (sixteen) clock.Lap("narrow");
+  if (sixteen && !stored) clock.Lap("narrow");
   native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
   clock.Lap("pack");
   const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));
@@ -315,13 +348,18 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
         }
       } else {
         verdict.emplace();
-        verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock);
+        bool stored = false;
+        verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock, stored);
         verdict->agrees = verdict->disagreement <= tolerance;
+        const std::string ran =
+            std::string("load-time check ran") + (stored ? " (against the reference logits stored at export)" : "");
         std::string error;
         if (cache.Remember(*verdict, error)) {
-          checkNote = "load-time check ran, verdict remembered in " + cache.file();
+          checkNote = ran + ", verdict remembered in " + cache.file();
         } else if (!error.empty()) {
-          checkNote = "load-time check ran; its verdict could not be remembered: " + error;
+          checkNote = ran + "; its verdict could not be remembered: " + error;
+        } else {
+          checkNote = ran;
         }
         if (!verdict->agrees) native.reset();  // the TorchScript runtime serves: its weights go first
       }

@@ -349,15 +349,61 @@ def read_tokenizer_config(path: Optional[str]) -> Optional[str]:
     return text
 
 
+# The load-time check's reference logits, computed at export (see load_check_reference).
+LOAD_CHECK_FILE = "load_check.bin"
+_LOAD_CHECK_MAGIC = b"TSNLCHK1"
+
+
+@torch.no_grad()
+def load_check_reference(scripted) -> bytes:
+    """The logits the native runtime's load-time check compares its own forward with
+    (native/runtime/Runtime.cc: Probe, ReferenceLogits), from the scripted module's forward
+    as the check would run it at load: its 16-bit parameters widened to float32 (and put
+    back after), a float32 cache, one call of four rows. Carried in the checkpoint, they
+    spare every first load that forward (at 1B, seconds: a quantized forward dequantizes
+    every weight). Little-endian: the magic, int64 first, second, rows (4) and vocabulary
+    size, the probe's int64 tokens [2, first + 1], then float32 logits [4, vocabulary]."""
+    context = int(scripted.cache_shape(1)[4])
+    first = max(1, min(4, context - 2))
+    second = max(1, first // 2)
+    tokens = ((torch.arange(2 * (first + 1), dtype=torch.long) * 37 + 11) % 200).view(2, first + 1)
+    widened, seen = [], set()
+    scripted.eval()  # as the server runs it
+    try:
+        for tensor in scripted.parameters():
+            if tensor.dtype in (torch.bfloat16, torch.float16) and tensor._cdata not in seen:
+                seen.add(tensor._cdata)
+                widened.append((tensor, tensor.data))
+                tensor.data = tensor.data.float()
+        cache = torch.zeros(scripted.cache_shape(4), dtype=torch.float32)
+        lengths = torch.tensor([first, second, first + 1, second + 1], dtype=torch.long)
+        logits, _ = scripted(torch.cat([tokens, tokens]), torch.zeros(4, dtype=torch.long), lengths, cache)
+    finally:
+        for tensor, data in reversed(widened):
+            tensor.data = data
+    logits = logits.float().contiguous()
+    if logits.dim() != 2 or logits.size(0) != 4:
+        raise ExportError(f"the forward returned logits of shape {tuple(logits.shape)} for 4 rows")
+    header = torch.tensor([first, second, 4, logits.size(1)], dtype=torch.long)
+    return (_LOAD_CHECK_MAGIC + header.numpy().astype("<i8").tobytes()
+            + tokens.numpy().astype("<i8").tobytes() + logits.numpy().astype("<f4").tobytes())
+
+
 def save_module(model: torch.nn.Module, path: str, config: dict,
                 tokenizer_json: Optional[str] = None,
-                more_files: Optional[Dict[str, str]] = None) -> None:
-    """Script and save with the extra files (no verification, no sha256)."""
+                more_files: Optional[Dict[str, str]] = None,
+                load_check: bool = True) -> None:
+    """Script and save with the extra files and, unless `load_check` is false, the load-time
+    check's reference logits (no verification, no sha256). Without them a first load runs the
+    forward for them; a file that must be the same to the bit on every CPU (a committed test
+    fixture) holds no computed floats, so goes without."""
     extra = {"config.json": json.dumps(config, indent=2) + "\n"}
     if tokenizer_json is not None:
         extra[config["tokenizer"].get("file", "tokenizer.json")] = tokenizer_json
     extra.update(more_files or {})
     scripted = torch.jit.script(model)
+    if load_check:
+        extra[LOAD_CHECK_FILE] = load_check_reference(scripted)
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
     torch.jit.save(scripted, path, _extra_files=extra)
 

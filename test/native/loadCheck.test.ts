@@ -5,7 +5,8 @@
  * (rms_norm_eps, which the native runtime reads from it and the TorchScript forward does not)
  * is refused whether or not a pass was remembered for the true config, and an archive that
  * differs by one byte is checked again. A quantized checkpoint's wider tolerance (its activations
- * are rounded to 8 bits) still refuses the wrong config.
+ * are rounded to 8 bits) still refuses the wrong config. The reference logits an export stores
+ * stand in for the checkpoint's forward at load, and a wrong copy of them fails the check.
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
@@ -66,7 +67,7 @@ describe("load-time check: remembered verdicts", function () {
   it("checks once: a later load of the same archive finds the verdict and serves the same tokens", async () => {
     const cache = join(dir, "cache-once");
     const first = await load(checkpoint, { runtime: "native", loadCheckCache: cache });
-    expect(first.choice.note).to.match(/load-time check ran, verdict remembered in /);
+    expect(first.choice.note).to.match(/load-time check ran \(against the reference logits stored at export\), verdict remembered in /);
     expect(readdirSync(cache)).to.have.length(1);
     // The verdict follows the archive's contents, not its path.
     const copy = join(dir, "copy-of-llama-gqa.pt");
@@ -127,6 +128,57 @@ torch.jit.save(module, sys.argv[2], _extra_files={"config.json": bytes(files["co
     expect(made.status, made.stderr).to.equal(0);
     const later = await load(edited, { runtime: "native", loadCheckCache: cache });
     expect(later.choice.note).to.match(/load-time check ran, verdict remembered/);
+  });
+
+  /** `checkpoint` saved again by Python with its load-time reference logits replaced by `edit`'s (None: dropped). */
+  function resaved(name: string, edit: string): string {
+    const out = join(dir, name);
+    const code = `
+import sys, numpy, torch
+files = {"config.json": "", "load_check.bin": ""}
+module = torch.jit.load(sys.argv[1], _extra_files=files)
+blob = bytes(files["load_check.bin"])
+head = numpy.frombuffer(blob[8:40], dtype="<i8")
+first, vocab = int(head[0]), int(head[3])
+split = 40 + 2 * (first + 1) * 8
+tokens = numpy.frombuffer(blob[40:split], dtype="<i8").copy()
+logits = numpy.frombuffer(blob[split:], dtype="<f4").copy().reshape(4, vocab)
+${edit}
+keep = {"config.json": bytes(files["config.json"])}
+if blob is not None:
+    keep["load_check.bin"] = blob
+torch.jit.save(module, sys.argv[2], _extra_files=keep)
+`;
+    const made = spawnSync("/usr/bin/python3", ["-c", code, checkpoint, out], { encoding: "utf8" });
+    expect(made.status, made.stderr).to.equal(0);
+    return out;
+  }
+
+  it("takes the reference logits the export stored, and checks against the forward where they are absent or another probe's", async () => {
+    const stored = await load(checkpoint, { runtime: "native" });
+    expect(stored.choice.note).to.match(/load-time check ran \(against the reference logits stored at export\)/);
+    expect(stored.choice.phases).to.have.property("stored reference");
+    expect(stored.choice.phases).to.not.have.property("reference forward");
+    const absent = await load(resaved("no-reference.pt", "blob = None"), { runtime: "native" });
+    const otherProbe = await load(resaved("other-probe.pt", "tokens[0] += 1\nblob = blob[:40] + tokens.tobytes() + logits.tobytes()"), {
+      runtime: "native",
+    });
+    for (const live of [absent, otherProbe]) {
+      expect(live.choice.runtime).to.equal("native");
+      expect(live.choice.note).to.match(/load-time check ran/).and.not.match(/stored at export/);
+      expect(live.choice.phases).to.have.property("reference forward");
+      expect(live.tokens).to.deep.equal(stored.tokens);
+    }
+  });
+
+  it("refuses the native runtime where the stored reference logits disagree with its forward", async () => {
+    // The decode step's logits of row 1 moved by 1 (relative to logits of this fixture's size: far past 1e-3).
+    const wrong = resaved("wrong-reference.pt", "logits[3] += 1\nblob = blob[:split] + logits.tobytes()");
+    const native = await rejection(load(wrong, { runtime: "native" }));
+    expect(native.code).to.equal("ERR_CHECKPOINT_INTERFACE");
+    expect(native.message).to.match(/native forward disagrees with the checkpoint's .*stored at export/);
+    const auto = await load(wrong, { runtime: "auto" });
+    expect(auto.choice.runtime).to.equal("torchscript");
   });
 
   it("still checks, and serves, where the verdict cannot be written; rejects an unknown loadCheck", async () => {

@@ -174,6 +174,25 @@ class ExportTest(unittest.TestCase):
         self.assertEqual((cfg["architecture"], cfg["block_size"]), ("gpt", 64))
         self.assertExportFails(self.src["llama-gqa"], "--context 999", context=999)
 
+    def test_load_check_reference_is_the_float32_forward_on_the_probe(self):
+        cfg, out = self.export("llama-gqa", dtype="bfloat16", context=32)
+        files = {"load_check.bin": ""}
+        m = torch.jit.load(out, _extra_files=files)
+        # Widened for the probe, then put back: the export keeps every 16-bit parameter as it was.
+        self.assertTrue(all(p.dtype == torch.bfloat16 for p in m.parameters()))
+        blob = bytes(files["load_check.bin"])
+        self.assertEqual(blob[:8], b"TSNLCHK1")
+        first, second, rows, vocab = struct.unpack("<4q", blob[8:40])
+        self.assertEqual((first, second, rows, vocab), (4, 2, 4, cfg["vocab_size"]))
+        split = 40 + 2 * (first + 1) * 8
+        tokens = torch.tensor(struct.unpack(f"<{2 * (first + 1)}q", blob[40:split])).view(2, first + 1)
+        self.assertEqual(tokens.flatten().tolist(), [(i * 37 + 11) % 200 for i in range(2 * (first + 1))])
+        logits = torch.frombuffer(bytearray(blob[split:]), dtype=torch.float32).view(4, vocab)
+        m = m.float()
+        lengths = torch.tensor([first, second, first + 1, second + 1])
+        want, _ = m(torch.cat([tokens, tokens]), torch.zeros(4, dtype=torch.long), lengths, torch.zeros(m.cache_shape(4)))
+        self.assertTrue(torch.allclose(logits, want, rtol=1e-4, atol=1e-4))
+
     def test_unsupported_models_are_errors_naming_the_field(self):
         def set_(k, v):
             return lambda c: c.__setitem__(k, v)
