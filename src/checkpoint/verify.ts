@@ -5,6 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { basename, join } from "node:path";
 import { Worker } from "node:worker_threads";
 
@@ -25,6 +26,36 @@ try {
 }
 parentPort.postMessage(hash.digest("hex"));
 `;
+
+// Runs in a worker thread: reads the file through, 8 MiB at a time into one buffer, and drops it.
+const READ_AHEAD_WORKER = `
+const { workerData } = require("node:worker_threads");
+const { openSync, readSync, closeSync } = require("node:fs");
+const buffer = Buffer.allocUnsafe(8 << 20);
+const fd = openSync(workerData, "r");
+try {
+  while (readSync(fd, buffer, 0, buffer.length, null) > 0);
+} finally {
+  closeSync(fd);
+}
+`;
+
+/**
+ * Reads the file on a worker thread, for nothing but the page cache: a checkpoint not yet
+ * cached (the first start after a boot) is then read from the disk while the caller loads
+ * libtorch (~0.6 s), not after. Errors are left to the caller's own read; the thread does not
+ * keep the process alive. Not on a single core, where it would slow what it overlaps.
+ */
+export function readAhead(path: string): void {
+  if (availableParallelism() < 2) return;
+  try {
+    const worker = new Worker(READ_AHEAD_WORKER, { eval: true, workerData: path });
+    worker.on("error", () => undefined);
+    worker.unref();
+  } catch {
+    // no thread to spare: the archive is read as it would have been
+  }
+}
 
 /**
  * The file's sha256 (hex), hashed on a worker thread: the JS thread stays free meanwhile, and
@@ -50,6 +81,11 @@ export interface ChecksumOptions {
   rememberIn?: string;
   /** Hash even when a match is remembered (and remember it anew). */
   always?: boolean;
+  /**
+   * Where the file is not hashed (no `.sha256`, or a match remembered), read it ahead anyway
+   * (readAhead), as hashing would have: the caller reads it next.
+   */
+  readAhead?: boolean;
 }
 
 /** The identity a remembered match is keyed by; undefined if the file cannot be stat'ed. */
@@ -102,6 +138,7 @@ export function verifyChecksum(path: string, options: ChecksumOptions = {}): Pro
   try {
     expected = readFileSync(`${path}.sha256`, "utf8").trim().split(/\s+/)[0]?.toLowerCase() ?? "";
   } catch {
+    if (options.readAhead) readAhead(path);
     return Promise.resolve(false);
   }
   if (!/^[0-9a-f]{64}$/.test(expected)) {
@@ -109,7 +146,10 @@ export function verifyChecksum(path: string, options: ChecksumOptions = {}): Pro
   }
   const dir = options.rememberIn;
   const before = dir ? fileIdentity(path, expected) : undefined;
-  if (dir && before && !options.always && remembered(dir, before)) return Promise.resolve(true);
+  if (dir && before && !options.always && remembered(dir, before)) {
+    if (options.readAhead) readAhead(path);
+    return Promise.resolve(true);
+  }
   return sha256File(path).then((actual) => {
     if (actual !== expected) {
       throw new ServingError(

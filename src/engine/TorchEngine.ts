@@ -5,7 +5,7 @@
 import { EventEmitter, on } from "node:events";
 import { availableParallelism } from "node:os";
 
-import { verifyChecksum } from "../checkpoint/verify.js";
+import { readAhead, verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
 import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawSamplingSettings } from "../native/types.js";
@@ -158,12 +158,16 @@ export class TorchEngine implements TextGenerationEngine {
       phases[name] = (now - lap) / 1000;
       lap = now;
     };
-    // The file is hashed on a worker thread while this one loads the addon (and libtorch);
-    // the archive is opened only once the hash matches.
-    const checked =
-      options.verifyChecksum !== false
-        ? verifyChecksum(path, { rememberIn: options.loadCheckCache, always: options.loadCheck === "always" })
-        : Promise.resolve(false);
+    // The file is hashed (or, where it is not, read ahead into the page cache) on a worker
+    // thread while this one loads the addon (and libtorch); the archive is opened only once
+    // the hash matches.
+    let checked: Promise<boolean>;
+    if (options.verifyChecksum !== false) {
+      checked = verifyChecksum(path, { rememberIn: options.loadCheckCache, always: options.loadCheck === "always", readAhead: true });
+    } else {
+      readAhead(path);
+      checked = Promise.resolve(false);
+    }
     checked.catch(() => undefined); // awaited below; not unhandled if loadAddon throws first
     const addon = loadAddon();
     await checked;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 
-import { verifyChecksum } from "../../src/checkpoint/verify.js";
+import { readAhead, verifyChecksum } from "../../src/checkpoint/verify.js";
 
 async function rejection(promise: Promise<unknown>): Promise<{ code?: string; message: string }> {
   try {
@@ -70,5 +70,24 @@ describe("verifyChecksum: a match remembered by the file's identity", () => {
     expect(await verifyChecksum(file, { rememberIn: blocked })).to.equal(true);
     expect(await verifyChecksum(file, { rememberIn: memos, always: true })).to.equal(true);
     expect(remembered()).to.have.length(1);
+  });
+});
+
+describe("readAhead: a checkpoint read into the page cache beside the addon's load", () => {
+  it("leaves a file it cannot read to the caller's own read: nothing thrown, no error escapes its thread", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "read-ahead-"));
+    try {
+      const file = join(dir, "model.pt");
+      writeFileSync(file, Buffer.alloc(3 << 20, 1));
+      // No .sha256: not hashed, so read ahead; the answer is the same as without.
+      expect(await verifyChecksum(file, { readAhead: true })).to.equal(false);
+      readAhead(join(dir, "missing.pt"));
+      readAhead(dir); // a directory: read() fails with EISDIR on the thread
+      // A thread's error would surface as an uncaught exception within this wait (mocha fails the test).
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(readFileSync(file).length).to.equal(3 << 20);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
