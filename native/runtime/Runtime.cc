@@ -94,15 +94,20 @@ std::vector<at::Tensor> StoredReference(const std::string& blob, const Probe& pr
   return {logits.narrow(0, 0, 2).clone(), logits.narrow(0, 2, 2).clone()};
 }
 
-// Largest logit difference of two probes, relative to the reference logits' size (infinite
-// where their shapes differ).
+// Largest logit difference of two probes, relative to the size of the reference's finite
+// logits. Infinite where their shapes differ, or where either holds a NaN or an infinity the
+// other does not (std::max passes over a NaN, so a NaN difference once let any logits agree).
 double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<at::Tensor>& candidate) {
   double worst = 0;
   for (size_t step = 0; step < reference.size(); ++step) {
     const at::Tensor& a = reference[step];
     if (step >= candidate.size() || !a.sizes().equals(candidate[step].sizes())) return HUGE_VAL;
-    const double scale = std::max(1.0, a.abs().max().item<double>());
-    worst = std::max(worst, (a - candidate[step]).abs().max().item<double>() / scale);
+    const at::Tensor& b = candidate[step];
+    const at::Tensor finite = a.isfinite();
+    const double scale = std::max(1.0, finite.any().item<bool>() ? a.masked_select(finite).abs().max().item<double>() : 0.0);
+    const double difference = at::where(a == b, at::zeros_like(a), (a - b).abs()).max().item<double>();
+    if (!std::isfinite(difference)) return HUGE_VAL;
+    worst = std::max(worst, difference / scale);
   }
   return worst;
 }

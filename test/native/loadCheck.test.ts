@@ -179,6 +179,10 @@ torch.jit.save(module, sys.argv[2], _extra_files=keep)
     expect(native.message).to.match(/native forward disagrees with the checkpoint's .*stored at export/);
     const auto = await load(wrong, { runtime: "auto" });
     expect(auto.choice.runtime).to.equal("torchscript");
+    // One NaN among the reference logits is a disagreement, not a difference to pass over.
+    const nan = resaved("nan-reference.pt", "logits[1][0] = float('nan')\nblob = blob[:split] + logits.tobytes()");
+    const refused = await rejection(load(nan, { runtime: "native" }));
+    expect(refused.message).to.match(/native forward disagrees with the checkpoint's \(relative logit difference inf/);
   });
 
   it("still checks, and serves, where the verdict cannot be written; rejects an unknown loadCheck", async () => {
