@@ -74,11 +74,20 @@ if (args.help) {
   --quick          fewer tokens, batch 1 and 4 only`);
   process.exit(0);
 }
-const newTokens = args.quick ? 12 : Number(args["new-tokens"]);
-const batches = args.batches ? args.batches.split(",").map(Number) : args.quick ? [1, 4] : [1, 4, 16];
-const threadCounts = args.threads!.split(",").map(Number);
+/** The whole numbers >= 1 of a comma-separated option; a usage error (not a crash minutes in) otherwise. */
+function counts(option: string, text: string): number[] {
+  const values = text.split(",").map(Number);
+  if (values.some((v) => !Number.isInteger(v) || v < 1)) {
+    console.error(`--${option} takes whole numbers >= 1 (comma-separated where a list), got ${JSON.stringify(text)}`);
+    process.exit(2);
+  }
+  return values;
+}
+const newTokens = args.quick ? 12 : counts("new-tokens", args["new-tokens"]!)[0]!;
+const batches = args.batches ? counts("batches", args.batches) : args.quick ? [1, 4] : [1, 4, 16];
+const threadCounts = counts("threads", args.threads!);
 const promptLen = 16;
-const prefillLen = Number(args["prefill-tokens"]);
+const prefillLen = counts("prefill-tokens", args["prefill-tokens"]!)[0]!;
 const python = "/usr/bin/python3";
 
 const families = kernelFamiliesToTime(args.kernels, loadAddon().kernelFamilies);
