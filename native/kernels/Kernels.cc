@@ -374,19 +374,23 @@ template <typename Rewrite>
 int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite) {
   const size_t rowBytes = RowBytes(type, k_);
   if (grouped_.empty()) grouped_.assign(n_, 0);
-  int made = 0;
+  std::vector<int> starts;
   for (int c = 0; c + width <= n_; c += width) {
     bool fits = true;
     for (int j = 0; j < width && fits; ++j) {
       fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
     }
     if (!fits) continue;
-    rewrite(const_cast<uint8_t*>(rows_[c]));
+    starts.push_back(c);
     std::fill(grouped_.begin() + c, grouped_.begin() + c + width, mark);
     rowsOf_[static_cast<int>(type)] -= width;
-    ++made;
   }
-  return made;
+  // Each group rewrites its own rows in place, so a large matrix's groups go to several
+  // threads (a 1B Q8_0 checkpoint's tile panels took 0.25-0.37 s of a load on one).
+  SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * width * rowBytes, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) rewrite(const_cast<uint8_t*>(rows_[starts[i]]));
+  });
+  return static_cast<int>(starts.size());
 }
 
 WeightType WeightTypeOf(const std::string& dtype) {
