@@ -155,8 +155,10 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   static const std::string kAbsent("\x01<absent>");
   torch::jit::ExtraFilesMap extra;
   for (const auto& name : extraFileNames) extra[name] = kAbsent;
-  if (languageModel) extra["config.json"] = kAbsent;
-  if (languageModel) extra[kLoadCheckFile] = kAbsent;
+  if (languageModel) {
+    extra["config.json"] = kAbsent;
+    extra[kLoadCheckFile] = kAbsent;
+  }
   try {
     if (loaded.device.is_cpu()) {
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));

@@ -265,20 +265,23 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
   const Probe probe(context);
   std::vector<at::Tensor> expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
   stored = !expected.empty();
-  if (stored) clock.Lap("stored reference");
-  if (!stored) {
-    // The probe runs with torch's graph optimiser on, although one call needs no optimised
-    // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
-    // first call with the optimiser off left the module's forward failing an internal assert
-    // once the TorchScript runtime later ran it optimised (llama.py's Linear modules).
-    std::unique_ptr<WidenedParameters> widened;
-    if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
-    if (sixteen) clock.Lap("widen");
-    ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
-    expected = ReferenceLogits(reference, probe);
-    clock.Lap("reference forward");
+  if (stored) {
+    clock.Lap("stored reference");
+  } else {
+    {
+      // The probe runs with torch's graph optimiser on, although one call needs no optimised
+      // plan (profiling and optimising cost seconds of a 135M model's load): under torch 1.13 a
+      // first call with the optimiser off left the module's forward failing an internal assert
+      // once the TorchScript runtime later ran it optimised (llama.py's Linear modules).
+      std::unique_ptr<WidenedParameters> widened;
+      if (sixteen) widened = std::make_unique<WidenedParameters>(*model.module);
+      if (sixteen) clock.Lap("widen");
+      ScriptStepper reference(model.module, model.device, sixteen ? at::kFloat : request.dtype);
+      expected = ReferenceLogits(reference, probe);
+      clock.Lap("reference forward");
+    }
+    if (sixteen) clock.Lap("narrow");  // the parameters went back to 16 bits as `widened` ended
   }
-  if (sixteen && !stored) clock.Lap("narrow");
   native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
   clock.Lap("pack");
   const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));

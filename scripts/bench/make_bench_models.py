@@ -93,11 +93,6 @@ def llama_135m_chat_2k():
 CHAT_MODELS = {"llama-chat-2k": llama_chat_2k, "llama-135m-chat-2k": llama_135m_chat_2k}
 
 
-def load_check_file(scripted) -> dict:
-    """The load-time check's reference logits as an extra file (export_gpt.save_module's)."""
-    return {export_gpt.LOAD_CHECK_FILE: export_gpt.load_check_reference(scripted)}
-
-
 def write_chat_model(out_dir: str, name: str, tokenizer_path: str) -> dict:
     path = os.path.join(out_dir, f"{name}-f32.pt")
     if os.path.exists(path):
@@ -110,9 +105,7 @@ def write_chat_model(out_dir: str, name: str, tokenizer_path: str) -> dict:
                   tokenizer=LLAMA2_TOKENIZER, dtype="float32")
     with open(tokenizer_path, encoding="utf-8") as f:
         tokenizer = f.read()
-    scripted = torch.jit.script(model.eval())
-    torch.jit.save(scripted, path, _extra_files={"config.json": json.dumps(config), "tokenizer.json": tokenizer,
-                                                 **load_check_file(scripted)})
+    export_gpt.save_module(model.eval(), path, config, tokenizer)
     return {"f32.pt": path}
 
 
@@ -133,8 +126,7 @@ def write(out_dir: str, name: str, wanted) -> dict:
         if key not in missing:
             continue
         config = dict(cfg, dtype="float32" if dtype == torch.float32 else "bfloat16")
-        scripted = torch.jit.script(model.to(dtype))
-        torch.jit.save(scripted, paths[key], _extra_files={"config.json": json.dumps(config), **load_check_file(scripted)})
+        export_gpt.save_module(model.to(dtype), paths[key], config)
     # The GGUF files hold the checkpoint's weights (f16 rounded from the float32 ones where
     # there are any; bf16 values of this scale are exact in f16); the benchmark feeds token
     # ids, so a placeholder vocabulary stands in for a tokenizer.
@@ -152,10 +144,7 @@ def write(out_dir: str, name: str, wanted) -> dict:
         quantized, _ = make()
         quantize_llama(quantized.float().eval(), scheme)
         config = dict(cfg, dtype="float32", quantization=scheme)
-        scripted = torch.jit.script(quantized)
-        torch.jit.save(scripted, paths[f"{scheme}.pt"],
-                       _extra_files={"config.json": json.dumps(config), **load_check_file(scripted)})
-        del scripted
+        export_gpt.save_module(quantized, paths[f"{scheme}.pt"], config)
         del quantized
         export_gguf.export(paths[f"{scheme}.pt"], paths[f"{scheme}.gguf"], "f32", quiet=True, vocabulary="ids")
     return paths

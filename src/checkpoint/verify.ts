@@ -11,33 +11,21 @@ import { Worker } from "node:worker_threads";
 
 import { ServingError } from "../errors.js";
 
-// Runs in a worker thread: the file's sha256 in 4 MiB reads.
-const HASH_WORKER = `
+// Runs in a worker thread: reads the file through in 4 MiB reads, and where asked
+// (workerData.hash) posts back its sha256; otherwise the reads only fill the page cache.
+const FILE_WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const { createHash } = require("node:crypto");
 const { openSync, readSync, closeSync } = require("node:fs");
-const hash = createHash("sha256");
+const hash = workerData.hash ? createHash("sha256") : null;
 const buffer = Buffer.allocUnsafe(4 << 20);
-const fd = openSync(workerData, "r");
+const fd = openSync(workerData.path, "r");
 try {
-  for (let n; (n = readSync(fd, buffer, 0, buffer.length, null)) > 0; ) hash.update(buffer.subarray(0, n));
+  for (let n; (n = readSync(fd, buffer, 0, buffer.length, null)) > 0; ) hash?.update(buffer.subarray(0, n));
 } finally {
   closeSync(fd);
 }
-parentPort.postMessage(hash.digest("hex"));
-`;
-
-// Runs in a worker thread: reads the file through, 8 MiB at a time into one buffer, and drops it.
-const READ_AHEAD_WORKER = `
-const { workerData } = require("node:worker_threads");
-const { openSync, readSync, closeSync } = require("node:fs");
-const buffer = Buffer.allocUnsafe(8 << 20);
-const fd = openSync(workerData, "r");
-try {
-  while (readSync(fd, buffer, 0, buffer.length, null) > 0);
-} finally {
-  closeSync(fd);
-}
+if (hash) parentPort.postMessage(hash.digest("hex"));
 `;
 
 /**
@@ -49,7 +37,7 @@ try {
 export function readAhead(path: string): void {
   if (availableParallelism() < 2) return;
   try {
-    const worker = new Worker(READ_AHEAD_WORKER, { eval: true, workerData: path });
+    const worker = new Worker(FILE_WORKER, { eval: true, workerData: { path, hash: false } });
     worker.on("error", () => undefined);
     worker.unref();
   } catch {
@@ -63,7 +51,7 @@ export function readAhead(path: string): void {
  */
 export function sha256File(path: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const worker = new Worker(HASH_WORKER, { eval: true, workerData: path });
+    const worker = new Worker(FILE_WORKER, { eval: true, workerData: { path, hash: true } });
     worker.once("message", (digest: string) => resolve(digest));
     worker.once("error", reject);
     worker.once("exit", (code) => reject(new Error(`the hashing thread exited with code ${code}`)));
