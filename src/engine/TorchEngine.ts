@@ -143,7 +143,8 @@ export class TorchEngine implements TextGenerationEngine {
     private readonly vocabulary: () => Vocabulary,
     /**
      * Seconds each step of load() took, in order (checksum and addon, archive, tokenizer, then the
-     * runtime choice's: widen, reference forward, narrow, pack, native forward, release, warm-up),
+     * runtime choice's: widen, reference forward, narrow, pack, native forward, release, and the
+     * TorchScript runtime's warm-up),
      * and the total: the load log carries them.
      */
     readonly loadPhases: Readonly<Record<string, number>> = {},
@@ -180,7 +181,7 @@ export class TorchEngine implements TextGenerationEngine {
     mark("archive");
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
-      // The addon configures (its check, packing, warm-up) on its own thread while this one
+      // The addon configures (its check, packing; TorchScript's warm-up) on its own thread while this one
       // builds the tokenizer (~0.4 s for a 128K vocabulary).
       const configuring = model.configure({
         contextLength: config.contextLength,

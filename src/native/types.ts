@@ -181,7 +181,7 @@ export interface RawRuntimeChoice {
   note?: string;
   /** Bytes of KV cache one row holds at full context in the chosen runtime (16-bit for bf16/fp16 checkpoints). */
   kvBytesPerRow: number;
-  /** Seconds of each step of configuring, in order ("check", "pack", "warm-up", ...); absent from older builds. */
+  /** Seconds of each step of configuring, in order ("pack", "native forward", "release", ...; "warm-up" for the TorchScript runtime); absent from older builds. */
   phases?: Record<string, number>;
 }
 
