@@ -12,7 +12,8 @@ LoadWorker::LoadWorker(Napi::Env env, LoadRequest request)
 
 void LoadWorker::Execute() {
   try {
-    loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel);
+    loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel,
+                             request_.mapWeights, request_.kernels);
   } catch (...) {
     failure_ = CurrentError(ErrorCode::kCheckpointInvalid);
     SetError(failure_.message);
@@ -45,6 +46,8 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info, bool languageModel) {
     Napi::Object options = info[1].As<Napi::Object>();
     if (options.Get("device").IsString()) request.device = options.Get("device").As<Napi::String>().Utf8Value();
     if (options.Get("threads").IsNumber()) request.threads = options.Get("threads").As<Napi::Number>().Int32Value();
+    if (options.Get("kernels").IsString()) request.kernels = options.Get("kernels").As<Napi::String>().Utf8Value();
+    if (options.Get("mapWeights").IsBoolean()) request.mapWeights = options.Get("mapWeights").As<Napi::Boolean>().Value();
     Napi::Value extra = options.Get("extraFiles");
     if (extra.IsArray()) {
       Napi::Array names = extra.As<Napi::Array>();

@@ -16,6 +16,7 @@
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "common/MappedFile.h"
 #include "common/Parallel.h"
 #include "kernels/QuantKernels.h"
 #include "kernels/ThreadTeam.h"
@@ -385,12 +386,50 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
     std::fill(grouped_.begin() + c, grouped_.begin() + c + width, mark);
     rowsOf_[static_cast<int>(type)] -= width;
   }
-  // Each group rewrites its own rows in place, so a large matrix's groups go to several
-  // threads (a 1B Q8_0 checkpoint's tile panels took 0.25-0.37 s of a load on one).
-  SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * width * rowBytes, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) rewrite(const_cast<uint8_t*>(rows_[starts[i]]));
+  if (starts.empty()) return 0;
+  if (!InMappedFile(rows_[starts[0]])) {
+    // Each group rewrites its own rows in place, so a large matrix's groups go to several
+    // threads (a 1B Q8_0 checkpoint's tile panels took 0.25-0.37 s of a load on one).
+    SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * width * rowBytes, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) rewrite(const_cast<uint8_t*>(rows_[starts[i]]));
+    });
+    return static_cast<int>(starts.size());
+  }
+  // Rows in a mapping of the checkpoint (a type the load did not expect this family to rewrite):
+  // a write there would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place,
+  // 0.4-0.9 s this way), and would race a lease break's copy. So out of place, into fresh memory.
+  const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
+  std::shared_ptr<uint8_t> block(static_cast<uint8_t*>(AllocateAligned(starts.size() * groupBytes, true)), std::free);
+  SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      uint8_t* to = block.get() + i * groupBytes;
+      std::memcpy(to, rows_[starts[i]], groupBytes);
+      rewrite(to);
+    }
   });
+  // The source runs, merged where they touch, so the pages between two groups go too.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> runs;
+  for (int c : starts) runs.emplace_back(rows_[c], rows_[c] + groupBytes);
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 0; i < runs.size();) {
+    size_t j = i + 1;
+    const uint8_t* end = runs[i].second;
+    while (j < runs.size() && runs[j].first <= end) end = std::max(end, runs[j++].second);
+    ForgetPages(runs[i].first, static_cast<size_t>(end - runs[i].first));
+    i = j;
+  }
+  for (size_t i = 0; i < starts.size(); ++i) {
+    for (int j = 0; j < width; ++j) rows_[starts[i] + j] = block.get() + i * groupBytes + j * rowBytes;
+  }
+  regrouped_.push_back(std::move(block));
   return static_cast<int>(starts.size());
+}
+
+bool FamilyRegroups(const KernelSet& family, WeightType type) {
+  const std::string name = family.name;
+  if (name == "baseline") return false;
+  if (type == WeightType::Q4_K) return name == "avx2";
+  return IsBlock32(type);
 }
 
 WeightType WeightTypeOf(const std::string& dtype) {

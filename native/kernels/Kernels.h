@@ -133,11 +133,15 @@ class PackedLinear {
   int rowsOf_[8] = {};  // by WeightType
   int groupsOf_[8] = {};
   int tiles_ = 0;
+  // Rows regrouped out of a mapping of the checkpoint (Regroup writes them here).
+  std::vector<std::shared_ptr<uint8_t>> regrouped_;
 
   int Interleave(WeightType type);
   // The rows of `type` `width` at a time (columns c..c+width-1, c a multiple of width, whose rows
-  // are consecutive in memory and in no group yet), each run rewritten in place by `rewrite` and
-  // marked `mark` in grouped_ (1 a group, 2 a tile panel). Returns the runs made.
+  // are consecutive in memory and in no group yet), each run rewritten by `rewrite` and marked
+  // `mark` in grouped_ (1 a group, 2 a tile panel): in place, or where the rows lie in a mapping
+  // of the checkpoint (common/MappedFile.h) in a block of its own, the rows' pages then given
+  // back. Returns the runs made.
   template <typename Rewrite>
   int Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite);
 };
@@ -202,6 +206,12 @@ struct KernelSet {
 // (SERVICE_KERNELS). A cap above what the CPU has gives what it has; an unknown
 // name throws CodedError(ERR_INVALID_ARGUMENT).
 const KernelSet& SelectKernels(const std::string& cap);
+
+// Whether the native runtime's `family` rewrites rows of `type` into a layout of its own at load
+// (DecoderStepper::OwnWeights): Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2. Such
+// rows are read into memory rather than from a mapping of the checkpoint (a rewrite of mapped
+// rows costs a fresh page each).
+bool FamilyRegroups(const KernelSet& family, WeightType type);
 
 // The families this CPU can run, best first (tests run the native runtime under each).
 std::vector<std::string> SupportedKernelFamilies();

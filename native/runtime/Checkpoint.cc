@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <unordered_map>
 #include <immintrin.h>
 #include <map>
 #include <set>
@@ -20,6 +22,7 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 
 #include "common/Device.h"
+#include "common/MappedFile.h"
 #include "common/Parallel.h"
 #include "kernels/Kernels.h"
 #include "common/ErrorCodes.h"
@@ -60,6 +63,71 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
       return n;
     }
     return ReadAt(pos, static_cast<char*>(buf), n);
+  }
+
+  // Points each deferred record's tensor at the record where it lies in `file` (a mapping of
+  // the same file), in place of the block torch allocated for it, which was never written and
+  // is freed; then maps in those pages on up to `threads` threads. A record whose block no
+  // tensor of the module holds (or not 64-byte aligned in the file, as the kernels expect) stays
+  // deferred for FillDeferred, as do the rows of a quantized matrix `family` rewrites into a
+  // layout of its own (FamilyRegroups: a rewrite of mapped rows would cost a fresh page each).
+  // Returns the bytes pointed at the mapping; `laidOut`: the records left for that reason.
+  size_t PointAtMapping(const torch::jit::Module& module, const std::shared_ptr<MappedFile>& file,
+                        const KernelSet& family, int threads, size_t* laidOut) {
+    std::set<const void*> rewritten;
+    for (const auto& sub : module.modules()) {
+      if (!sub.hasattr("qtype") || !sub.hasattr("qweight")) continue;
+      const c10::IValue qtype = sub.attr("qtype"), rows = sub.attr("qweight");
+      if (!qtype.isString() || !rows.isTensor() || !rows.toTensor().has_storage()) continue;
+      if (FamilyRegroups(family, WeightTypeOf(qtype.toStringRef()))) rewritten.insert(rows.toTensor().storage().data());
+    }
+    std::unordered_map<const void*, c10::StorageImpl*> storages;
+    std::function<void(const c10::IValue&)> visit = [&](const c10::IValue& value) {
+      if (value.isTensor()) {
+        const at::Tensor& tensor = value.toTensor();
+        if (tensor.defined() && tensor.has_storage() && tensor.is_cpu()) {
+          storages.emplace(tensor.storage().data(), tensor.storage().unsafeGetStorageImpl());
+        }
+      } else if (value.isList()) {
+        for (const c10::IValue& item : value.toListRef()) visit(item);
+      } else if (value.isTuple()) {
+        for (const c10::IValue& item : value.toTupleRef().elements()) visit(item);
+      } else if (value.isGenericDict()) {
+        for (const auto& entry : value.toGenericDict()) visit(entry.value());
+      }
+    };
+    for (const auto& attribute : module.named_attributes(/*recurse=*/true)) visit(attribute.value);
+    std::vector<Deferred> mapped, rest;
+    size_t bytes = 0;
+    for (const Deferred& d : deferred_) {
+      const auto found = storages.find(d.buf);
+      if (found == storages.end() || found->second->nbytes() != d.n || d.pos % 64 != 0 || d.pos + d.n > file->size() ||
+          rewritten.count(d.buf)) {
+        if (rewritten.count(d.buf)) ++*laidOut;
+        rest.push_back(d);
+        continue;
+      }
+      // The DataPtr's context holds the mapping alive; the last tensor of the file unmaps it.
+      auto* owner = new std::shared_ptr<MappedFile>(file);
+      found->second->set_data_ptr_noswap(c10::DataPtr(file->data() + d.pos, owner,
+                                                      [](void* ctx) { delete static_cast<std::shared_ptr<MappedFile>*>(ctx); },
+                                                      c10::Device(c10::kCPU)));
+      file->Use(d.pos, d.n);
+      mapped.push_back(d);
+      bytes += d.n;
+    }
+    deferred_ = std::move(rest);
+    std::sort(mapped.begin(), mapped.end(), [](const Deferred& a, const Deferred& b) { return a.n > b.n; });
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < mapped.size(); i = next++) file->Populate(mapped[i].pos, mapped[i].n);
+    };
+    std::vector<std::thread> helpers;
+    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, mapped.size())));
+    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& helper : helpers) helper.join();
+    return bytes;
   }
 
   // Reads every deferred record into its block, the largest first, on up to `threads`
@@ -130,6 +198,15 @@ std::set<uint64_t> TensorRecordOffsets(const std::string& path) {
   return offsets;
 }
 
+// The family configure picks for this cap (an unknown cap is configure's error to report).
+const KernelSet& Family(const std::string& cap) {
+  try {
+    return SelectKernels(cap);
+  } catch (...) {
+    return SelectKernels("auto");
+  }
+}
+
 void RequireMethod(const torch::jit::Module& module, const std::string& name, const std::string& path) {
   if (!module.find_method(name)) {
     throw CodedError(ErrorCode::kCheckpointInterface,
@@ -141,7 +218,8 @@ void RequireMethod(const torch::jit::Module& module, const std::string& name, co
 }  // namespace
 
 LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceName,
-                           const std::vector<std::string>& extraFileNames, bool languageModel) {
+                           const std::vector<std::string>& extraFileNames, bool languageModel, bool mapWeights,
+                           const std::string& kernelsCap) {
   LoadedModel loaded;
   loaded.path = path;
   loaded.device = ResolveDevice(deviceName);
@@ -161,8 +239,26 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
   }
   try {
     if (loaded.device.is_cpu()) {
+      // The lease first, so that the file cannot change between the reads below and the mapping.
+      std::string why;
+      std::shared_ptr<MappedFile> file = mapWeights ? MappedFile::Open(path, &why) : nullptr;
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
+      size_t laidOut = 0;
+      const std::string family = Family(kernelsCap).name;
+      const size_t mapped =
+          file ? reader->PointAtMapping(*loaded.module, file, Family(kernelsCap), static_cast<int>(LoadThreads()), &laidOut) : 0;
+      const std::string anew = "the quantized rows the " + family + " kernels lay out anew read into memory";
+      if (mapped > 0) {
+        loaded.weightsNote = "weights read in place from the checkpoint (mapped, under a read lease)" +
+                             (laidOut > 0 ? "; " + anew : std::string());
+      } else if (laidOut > 0) {
+        loaded.weightsNote = "weights read into memory (" + anew + ")";
+      } else {
+        loaded.weightsNote = "weights read into memory (" +
+                             (!mapWeights ? std::string("mapping off") : !file ? why : std::string("no record of 1 MiB or more")) + ")";
+      }
+      file.reset();  // the tensors that point into it hold it now
       if (!reader->FillDeferred(static_cast<int>(LoadThreads()))) {
         throw CodedError(ErrorCode::kCheckpointInvalid,
                          "Checkpoint " + path + " ended before its last weight record (truncated while loading?)");

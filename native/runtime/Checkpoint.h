@@ -18,6 +18,9 @@ struct LoadedModel {
   // The load-time check's reference logits from the export (kLoadCheckFile), if it carries
   // them; kept apart from extraFiles (binary, and not for JS).
   std::string loadCheckReference;
+  // How the weight records were read (on the CPU): in place from a mapping of the file, or
+  // into memory and why.
+  std::string weightsNote;
 };
 
 // The extra file a language model's export writes the load-time check's reference logits to
@@ -25,9 +28,13 @@ struct LoadedModel {
 inline constexpr const char* kLoadCheckFile = "load_check.bin";
 
 // Blocking; run it off the JS thread. For a language model the serving interface is
-// checked too (forward, cache_shape, interface_version() == 1, config.json present).
+// checked too (forward, cache_shape, interface_version() == 1, config.json present). On the
+// CPU with `mapWeights`, the weight records are used where they lie in a mapping of the file
+// (common/MappedFile.h) where a read lease is granted, else read into memory; so are the
+// quantized rows the kernel family `kernelsCap` gives lays out anew (FamilyRegroups).
 LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceName,
-                           const std::vector<std::string>& extraFileNames, bool languageModel);
+                           const std::vector<std::string>& extraFileNames, bool languageModel,
+                           bool mapWeights = true, const std::string& kernelsCap = "auto");
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 

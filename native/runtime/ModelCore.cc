@@ -38,6 +38,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       const std::string owned = stepper_->OwnWeights();
       if (!owned.empty()) choice.note += "; " + owned;
     }
+    if (!loaded_.weightsNote.empty()) choice.note += (choice.note.empty() ? "" : "; ") + loaded_.weightsNote;
     // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
     // in the heap; hand the free pages back so resident memory shows what is held.
     malloc_trim(0);

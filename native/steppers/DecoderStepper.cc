@@ -204,7 +204,8 @@ std::string DecoderStepper::OwnWeights() {
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
   if (family == "baseline") return "";
-  const bool q4k = family == "avx2", q8 = q4k || family == "avx512", q8Tiles = family == "amx" || family == "avx512_bf16";
+  const bool q4k = FamilyRegroups(kernels_, WeightType::Q4_K), q8 = family == "avx2" || family == "avx512",
+             q8Tiles = family == "amx" || family == "avx512_bf16";
   const std::vector<PackedLinear*> products = Products();
   // The quantized rows more than one matrix reads (none in the layouts of today).
   std::vector<const uint8_t*> rows;

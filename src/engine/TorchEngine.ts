@@ -111,6 +111,14 @@ export interface TorchEngineOptions {
    * prefilling them. Same outputs either way. Default true.
    */
   prefixCache?: boolean;
+  /**
+   * On the CPU, read the weights where they lie in a mapping of the checkpoint (SERVICE_MMAP)
+   * rather than into the process's own memory: no copy at load. The file is held under a read
+   * lease, so a write to it while it is served (a truncation, `cp` over it) first makes the
+   * process copy the weights it still reads; where no lease is granted (the file open for
+   * writing elsewhere, another user's file) they are read into memory. Default true.
+   */
+  mapWeights?: boolean;
 }
 
 /** The KV budget when none is given: both runtimes' default on the CPU, and what capacity() counts. */
@@ -177,6 +185,8 @@ export class TorchEngine implements TextGenerationEngine {
       device: options.device ?? "cpu",
       extraFiles: ["config.json", "tokenizer.json", "tokenizer_config.json"],
       threads: options.threads ?? defaultThreads(),
+      mapWeights: options.mapWeights ?? true,
+      kernels: options.kernels ?? "auto",
     });
     mark("archive");
     try {

@@ -22,6 +22,18 @@ export interface RawLoadOptions {
   extraFiles?: string[];
   /** Intra-op threads of the model's inference thread; 0 = libtorch default. */
   threads?: number;
+  /**
+   * On the CPU, use the weight records where they lie in a mapping of the file, under a read
+   * lease (a write to the file while it is served makes the process copy them first); where the
+   * lease is not granted, or false, they are read into memory. Default true.
+   */
+  mapWeights?: boolean;
+  /**
+   * The kernel family cap configure() will be given ("auto" by default): the quantized rows its
+   * family lays out anew (Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2) are read into
+   * memory rather than mapped.
+   */
+  kernels?: KernelFamilyCap;
 }
 
 /** Any TorchScript module: methods called off the JS thread, one call at a time. */

@@ -38,6 +38,11 @@ export interface EngineEnv {
   /** SERVICE_PREFIX_CACHE: "on" (default) reuses cached prompt prefixes; "off" prefills every prompt whole. */
   prefixCache: "on" | "off";
   /**
+   * SERVICE_MMAP: "on" (default) reads the checkpoint's weights where they lie, in a mapping of
+   * the file under a read lease (the CPU only); "off" reads them into the process's own memory.
+   */
+  mmap: "on" | "off";
+  /**
    * SERVICE_LOAD_CHECK_CACHE: the directory where verdicts of the native runtime's load-time check
    * are remembered (default $XDG_CACHE_HOME/torchserve-node/load-checks, else
    * ~/.cache/torchserve-node/load-checks); "off": none, every load checks.
@@ -160,6 +165,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     kvBudgetMb: number(env, "SERVICE_KV_BUDGET_MB", undefined, positiveInt, "a positive whole number of MiB"),
     stepTokens: number(env, "SERVICE_STEP_TOKENS", undefined, wholeNumber, "a whole number >= 0 (0: unchunked prefill)"),
     prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),
+    mmap: oneOf(env, "SERVICE_MMAP", ["on", "off"] as const, "on"),
     loadCheckCache: loadCheckCache(env),
     loadCheck: oneOf(env, "SERVICE_LOAD_CHECK", ["cached", "always"] as const, "cached"),
   };

@@ -11,7 +11,7 @@ import { readEngineEnv, readRecommenderEnv, type EngineEnv } from "./config.js";
 
 /** The engine's options from its variables (the checkpoint apart). */
 export function engineOptions(settings: EngineEnv): TorchEngineOptions {
-  const { device, threads, runtime, kernels, torchscriptCompute, torchscriptDequantize, torchscriptOptimize, kvBudgetMb, stepTokens, prefixCache, loadCheckCache, loadCheck } =
+  const { device, threads, runtime, kernels, torchscriptCompute, torchscriptDequantize, torchscriptOptimize, kvBudgetMb, stepTokens, prefixCache, mmap, loadCheckCache, loadCheck } =
     settings;
   return {
     device,
@@ -24,6 +24,7 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
     kvBudgetMb,
     stepTokens,
     prefixCache: prefixCache === "on",
+    mapWeights: mmap === "on",
     ...(loadCheckCache === undefined ? {} : { loadCheckCache }),
     loadCheck,
   };
@@ -34,7 +35,7 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
  * "cpu"), SERVICE_THREADS (default: the machine's cores minus one, at most 8),
  * SERVICE_RUNTIME (default "auto"), SERVICE_KERNELS (default "auto"),
  * SERVICE_TORCHSCRIPT_COMPUTE, SERVICE_TORCHSCRIPT_DEQUANTIZE and SERVICE_TORCHSCRIPT_OPTIMIZE (default "auto"), SERVICE_KV_BUDGET_MB and SERVICE_STEP_TOKENS
- * (defaults: the engine's), SERVICE_PREFIX_CACHE (default "on"), SERVICE_LOAD_CHECK_CACHE (default
+ * (defaults: the engine's), SERVICE_PREFIX_CACHE and SERVICE_MMAP (default "on"), SERVICE_LOAD_CHECK_CACHE (default
  * the user's cache directory) and SERVICE_LOAD_CHECK (default "cached").
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
