@@ -17,8 +17,8 @@ struct LoadRequest {
   std::vector<std::string> extraFiles;
   int threads = 0;
   bool languageModel = false;
-  bool mapWeights = true;
-  std::string kernels = "auto";  // the cap configure will be given (which rows it lays out anew)  // on the CPU: the weight records used where they lie (common/MappedFile.h)
+  bool mapWeights = true;        // on the CPU: the weight records used where they lie (common/MappedFile.h)
+  std::string kernels = "auto";  // the cap configure will be given (which rows it lays out anew)
 };
 
 class LoadWorker : public Napi::AsyncWorker {

@@ -140,11 +140,6 @@ void MappedFile::Populate(size_t offset, size_t n) const {
   for (size_t at = begin; at < end; at += kPage) sink = sink + base_[at];
 }
 
-bool MappedFile::detached() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return detached_;
-}
-
 void MappedFile::Detach() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (detached_) return;

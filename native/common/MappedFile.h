@@ -41,9 +41,6 @@ class MappedFile {
   // Maps in the pages of [offset, offset + n): from the page cache, or the disk where they are
   // not cached (blocking), so that first reads do not fault one page at a time.
   void Populate(size_t offset, size_t n) const;
-  // Whether a lease break has replaced the mapping with this process's copy.
-  bool detached() const;
-
   // Called from the lease-break thread: the copy described above.
   void Detach();
 

@@ -101,9 +101,10 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
     size_t bytes = 0;
     for (const Deferred& d : deferred_) {
       const auto found = storages.find(d.buf);
-      if (found == storages.end() || found->second->nbytes() != d.n || d.pos % 64 != 0 || d.pos + d.n > file->size() ||
-          rewritten.count(d.buf)) {
-        if (rewritten.count(d.buf)) ++*laidOut;
+      const bool laidOutAnew = rewritten.count(d.buf) > 0;
+      if (laidOutAnew || found == storages.end() || found->second->nbytes() != d.n || d.pos % 64 != 0 ||
+          d.pos + d.n > file->size()) {
+        if (laidOutAnew) ++*laidOut;
         rest.push_back(d);
         continue;
       }
@@ -117,40 +118,21 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
       bytes += d.n;
     }
     deferred_ = std::move(rest);
-    std::sort(mapped.begin(), mapped.end(), [](const Deferred& a, const Deferred& b) { return a.n > b.n; });
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < mapped.size(); i = next++) file->Populate(mapped[i].pos, mapped[i].n);
-    };
-    std::vector<std::thread> helpers;
-    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, mapped.size())));
-    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
-    work();
-    for (auto& helper : helpers) helper.join();
+    LargestFirst(mapped, threads, [&](const Deferred& d) { file->Populate(d.pos, d.n); });
     return bytes;
   }
 
   // Reads every deferred record into its block, the largest first, on up to `threads`
   // threads; false if the file ended early (truncated since its records were listed).
   bool FillDeferred(int threads) {
-    std::sort(deferred_.begin(), deferred_.end(), [](const Deferred& a, const Deferred& b) { return a.n > b.n; });
-    std::atomic<size_t> next{0};
     std::atomic<bool> complete{true};
-    auto work = [&] {
-      for (size_t i = next++; i < deferred_.size(); i = next++) {
-        const Deferred& d = deferred_[i];
-        // Huge pages before the first write: a 1.3 GB Q8_0 archive's fresh 4 KiB pages cost
-        // more to fault in than to copy (archive 0.73 -> 0.37-0.44 s), and the weights, read
-        // in place by the native runtime, then stream through fewer TLB entries.
-        AdviseHugePages(d.buf, d.n);
-        if (ReadAt(d.pos, d.buf, d.n) != d.n) complete = false;
-      }
-    };
-    std::vector<std::thread> helpers;
-    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, deferred_.size())));
-    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
-    work();
-    for (auto& helper : helpers) helper.join();
+    LargestFirst(deferred_, threads, [&](const Deferred& d) {
+      // Huge pages before the first write: a 1.3 GB Q8_0 archive's fresh 4 KiB pages cost
+      // more to fault in than to copy (archive 0.73 -> 0.37-0.44 s), and the weights, read
+      // in place by the native runtime, then stream through fewer TLB entries.
+      AdviseHugePages(d.buf, d.n);
+      if (ReadAt(d.pos, d.buf, d.n) != d.n) complete = false;
+    });
     deferred_.clear();
     return complete;
   }
@@ -164,6 +146,21 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
     char* buf;
     size_t n;
   };
+
+  // fn(d) for each record, the largest first, on up to `threads` threads taking the next in turn.
+  template <typename Fn>
+  static void LargestFirst(std::vector<Deferred>& records, int threads, Fn&& fn) {
+    std::sort(records.begin(), records.end(), [](const Deferred& a, const Deferred& b) { return a.n > b.n; });
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < records.size(); i = next++) fn(records[i]);
+    };
+    std::vector<std::thread> helpers;
+    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, records.size())));
+    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& helper : helpers) helper.join();
+  }
 
   size_t ReadAt(uint64_t pos, char* buf, size_t n) const {
     size_t done = 0;
@@ -245,10 +242,10 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
       size_t laidOut = 0;
-      const std::string family = Family(kernelsCap).name;
+      const KernelSet& family = Family(kernelsCap);
       const size_t mapped =
-          file ? reader->PointAtMapping(*loaded.module, file, Family(kernelsCap), static_cast<int>(LoadThreads()), &laidOut) : 0;
-      const std::string anew = "the quantized rows the " + family + " kernels lay out anew read into memory";
+          file ? reader->PointAtMapping(*loaded.module, file, family, static_cast<int>(LoadThreads()), &laidOut) : 0;
+      const std::string anew = "the quantized rows the " + std::string(family.name) + " kernels lay out anew read into memory";
       if (mapped > 0) {
         loaded.weightsNote = "weights read in place from the checkpoint (mapped, under a read lease)" +
                              (laidOut > 0 ? "; " + anew : std::string());
