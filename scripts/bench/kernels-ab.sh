@@ -31,8 +31,10 @@ build() {  # $1: root holding native/, $2: output .so
   local source include objects=()
   source=$(find "$1/native" -name Kernels.cc | head -1)
   include="-I$1/native -I$(dirname "$source")"
-  for unit in "$(dirname "$source")"/*.cc; do
-    case "$(basename "$unit")" in Kernels.cc|QuantKernels.cc|ThreadTeam.cc) ;; *) continue ;; esac
+  # (and native/common/MappedFile.cc, which the weights' regrouping asks about mapped rows)
+  for unit in "$(dirname "$source")"/*.cc "$1/native/common/MappedFile.cc"; do
+    [ -f "$unit" ] || continue
+    case "$(basename "$unit")" in Kernels.cc|QuantKernels.cc|ThreadTeam.cc|MappedFile.cc) ;; *) continue ;; esac
     g++ $flags $napi $include -c "$unit" -o "$2.$(basename "$unit").o"
     objects+=("$2.$(basename "$unit").o")
   done
