@@ -43,6 +43,7 @@ std::string NowUtc() {
 }
 
 constexpr const char* kVerdictLine = "verdict ";
+constexpr const char* kTimingLine = "timing ";
 
 }  // namespace
 
@@ -104,22 +105,31 @@ std::optional<CheckVerdict> LoadCheckCache::Find() const {
   if (content.compare(0, key_.size(), key_) != 0) return std::nullopt;
   std::istringstream rest(content.substr(key_.size()));
   std::string line;
+  std::optional<CheckVerdict> verdict;
+  std::optional<CheckTiming> timing;
   while (std::getline(rest, line)) {
-    if (line.rfind(kVerdictLine, 0) != 0) continue;
-    std::istringstream fields(line.substr(std::strlen(kVerdictLine)));
-    std::string word;
-    CheckVerdict verdict;
-    if (!(fields >> word >> verdict.disagreement >> verdict.checked)) return std::nullopt;
-    if (word != "agrees" && word != "disagrees") return std::nullopt;
-    verdict.agrees = word == "agrees";
-    return verdict;
+    if (line.rfind(kVerdictLine, 0) == 0 && !verdict) {
+      std::istringstream fields(line.substr(std::strlen(kVerdictLine)));
+      std::string word;
+      CheckVerdict found;
+      if (!(fields >> word >> found.disagreement >> found.checked)) return std::nullopt;
+      if (word != "agrees" && word != "disagrees") return std::nullopt;
+      found.agrees = word == "agrees";
+      verdict = found;
+    } else if (line.rfind(kTimingLine, 0) == 0) {
+      // A timing line that does not parse is no timing (it runs again), not a lost verdict.
+      std::istringstream fields(line.substr(std::strlen(kTimingLine)));
+      CheckTiming found;
+      if (fields >> found.settings >> found.native >> found.script && found.native > 0 && found.script > 0) timing = found;
+    }
   }
-  return std::nullopt;
+  if (verdict) verdict->timing = timing;
+  return verdict;
 }
 
 bool LoadCheckCache::Remember(CheckVerdict& verdict, std::string& error) const {
   if (file_.empty()) return false;
-  verdict.checked = NowUtc();
+  if (verdict.checked.empty()) verdict.checked = NowUtc();
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) {
@@ -134,6 +144,11 @@ bool LoadCheckCache::Remember(CheckVerdict& verdict, std::string& error) const {
     std::snprintf(disagreement, sizeof disagreement, "%.6g", verdict.disagreement);
     out << key_ << kVerdictLine << (verdict.agrees ? "agrees" : "disagrees") << " " << disagreement << " "
         << verdict.checked << "\n";
+    if (verdict.timing) {
+      char seconds[64];
+      std::snprintf(seconds, sizeof seconds, "%.6g %.6g", verdict.timing->native, verdict.timing->script);
+      out << kTimingLine << verdict.timing->settings << " " << seconds << "\n";
+    }
     if (!out.flush()) {
       error = "cannot write " + temporary + ": " + std::strerror(errno);
       std::filesystem::remove(temporary, ec);

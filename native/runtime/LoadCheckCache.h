@@ -14,10 +14,19 @@
 
 namespace tsn {
 
+// The runtimes' timing at load, where the kernel family asks for one (the baseline family:
+// NeedsTiming in Runtime.h), remembered beside the verdict so that it too runs once.
+struct CheckTiming {
+  std::string settings;  // the TorchScript runtime's settings it was timed with (no spaces)
+  double native = 0;     // seconds of the short workload on each runtime
+  double script = 0;
+};
+
 struct CheckVerdict {
   bool agrees = false;
   double disagreement = 0;  // largest relative logit difference measured
   std::string checked;      // when the check ran (UTC, ISO 8601)
+  std::optional<CheckTiming> timing;
 };
 
 class LoadCheckCache {
@@ -27,7 +36,8 @@ class LoadCheckCache {
 
   // The verdict remembered for this key, if any (and the key text in the file matches).
   std::optional<CheckVerdict> Find() const;
-  // Remembers `verdict` (stamped with the time now); false (and `error` set) if it could not.
+  // Remembers `verdict` (stamped with the time now, unless it has a time: a timing added to a
+  // remembered verdict keeps the check's date); false (and `error` set) if it could not.
   bool Remember(CheckVerdict& verdict, std::string& error) const;
   const std::string& file() const { return file_; }
 

@@ -10,7 +10,7 @@
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -81,6 +81,53 @@ describe("load-time check: remembered verdicts", function () {
     const again = await load(checkpoint, { runtime: "native", loadCheckCache: cache, loadCheck: "always" });
     expect(again.choice.note).to.match(/load-time check ran/);
     expect(readdirSync(cache)).to.have.length(1);
+  });
+
+  it("times the runtimes once on the baseline family: later loads take the remembered timing, other TorchScript settings time again", async () => {
+    const cache = join(dir, "cache-timing");
+    const settings = { runtime: "auto", kernels: "baseline", loadCheckCache: cache } as const;
+    const workload = /a short workload took ([\d.]+) ms native \(baseline kernels\), ([\d.]+) ms TorchScript/;
+    const first = await load(checkpoint, settings);
+    expect(first.choice.note).to.match(workload);
+    expect(first.choice.phases).to.have.property("timing");
+    const figures = workload.exec(first.choice.note!)!.slice(1);
+    const [file] = readdirSync(cache);
+    expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=auto,optimize=auto [\d.e-]+ [\d.e-]+$/m);
+    const checked = /^verdict agrees \S+ (\S+)$/m;
+    expect(checked.exec(readFileSync(join(cache, file!), "utf8"))).to.not.equal(null);
+
+    const later = await load(checkpoint, settings);
+    expect(later.choice.phases).to.not.have.property("timing");
+    expect(later.choice.runtime).to.equal(first.choice.runtime);
+    expect(later.choice.note).to.include(`took ${figures[0]} ms native (baseline kernels), ${figures[1]} ms TorchScript`);
+    expect(later.choice.note).to.include("remembered with the verdict");
+    expect(later.tokens).to.deep.equal(first.tokens);
+
+    // Another TorchScript setting is another timing; it replaces the first in the same file,
+    // and the check's date stays that of the check.
+    const dated = readFileSync(join(cache, file!), "utf8").replace(checked, (line, date: string) => line.replace(date, "2020-01-02T03:04:05Z"));
+    writeFileSync(join(cache, file!), dated);
+    const other = await load(checkpoint, { ...settings, torchscriptOptimize: "off" });
+    expect(other.choice.phases).to.have.property("timing");
+    expect(readdirSync(cache)).to.have.length(1);
+    expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=auto,optimize=off /m);
+    expect(checked.exec(readFileSync(join(cache, file!), "utf8"))![1]).to.equal("2020-01-02T03:04:05Z");
+
+    // A remembered timing in which TorchScript was clearly faster serves TorchScript, untimed
+    // and without packing the native weights.
+    const text = readFileSync(join(cache, file!), "utf8");
+    writeFileSync(join(cache, file!), text.replace(/^timing (\S+) .*$/m, "timing $1 0.05 0.01"));
+    const scripted = await load(checkpoint, { ...settings, torchscriptOptimize: "off" });
+    expect(scripted.choice.runtime).to.equal("torchscript");
+    expect(scripted.choice.note).to.match(/^TorchScript runtime: a short workload took 50\.0 ms native \(baseline kernels\), 10\.0 ms TorchScript \(timed at the load that checked it/);
+    expect(scripted.choice.phases).to.not.have.property("timing");
+    expect(scripted.choice.phases).to.not.have.property("pack");
+    expect(scripted.tokens).to.have.length(6);
+    // A timing line that does not parse is timed again; the verdict stands.
+    writeFileSync(join(cache, file!), text.replace(/^timing .*$/m, "timing garbled"));
+    const garbled = await load(checkpoint, settings);
+    expect(garbled.choice.note).to.match(/load-time check passed on /);
+    expect(garbled.choice.phases).to.have.property("timing");
   });
 
   it("refuses a config.json the checkpoint's forward does not follow, though a pass for the true one is remembered", async () => {
