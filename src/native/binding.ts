@@ -6,6 +6,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
 
 import { ServingError } from "../errors.js";
 import type { RawAddon } from "./types.js";
@@ -25,12 +26,35 @@ export function addonCandidates(env: NodeJS.ProcessEnv = process.env): string[] 
 
 let cached: RawAddon | undefined;
 
-/** Loads (once) and returns the raw addon. Throws ServingError ERR_ADDON_LOAD with fixes. */
-export function loadAddon(): RawAddon {
-  if (cached) return cached;
+/**
+ * Loads the addon on a worker thread, so this thread can work meanwhile: the dynamic loader and
+ * libtorch's static initialisers take 0.45-0.7 s, once per process. A loadAddon() after it finds
+ * the library already in the process (each thread then only initialises its own exports).
+ * Resolves, never rejects, once the worker is done: a failure is loadAddon()'s to report, with
+ * its fixes.
+ */
+export function preloadAddon(): Promise<void> {
+  if (cached) return Promise.resolve();
+  setLoadEnvironment();
+  const candidate = addonCandidates().find((path) => existsSync(path));
+  if (candidate === undefined) return Promise.resolve();
+  return new Promise((done) => {
+    const worker = new Worker('require(require("node:worker_threads").workerData)', { eval: true, workerData: candidate });
+    worker.once("error", () => done());
+    worker.once("exit", () => done());
+  });
+}
+
+function setLoadEnvironment(): void {
   // libgomp reads its settings when libtorch is loaded: idle OpenMP workers must sleep,
   // not spin, or they steal the cores the inference thread needs.
   process.env.OMP_WAIT_POLICY ??= "PASSIVE";
+}
+
+/** Loads (once) and returns the raw addon. Throws ServingError ERR_ADDON_LOAD with fixes. */
+export function loadAddon(): RawAddon {
+  if (cached) return cached;
+  setLoadEnvironment();
   const require = createRequire(import.meta.url);
   const tried: string[] = [];
   for (const candidate of addonCandidates()) {
