@@ -402,7 +402,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
           decision = DecideRuntime(kernels.name, RuntimeTimings{});
         } else if (timingRemembered) {
           decision = DecideRuntime(kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script});
-          decision.reason += " (timed at the load that checked it, remembered with the verdict)";
+          decision.reason += " (timed at an earlier load, remembered with the verdict)";
           if (!decision.native) {
             std::string note;
             choice.stepper = MakeScriptStepper(model, request, note);
