@@ -68,9 +68,11 @@ if (args.help) {
   --precisions LIST  f32,bf16,q8_0,q4_0,q4_k_m (default all; the quantized ones on llama models)
   --batches LIST   decode batch sizes (default 1,4,16; --quick 1,4)
   --prefill-tokens N  the prefill prompt's length (default 400)
-  --llamacpp-cpu NAME  which of llama.cpp's CPU builds runs: match (default: its AVX2 build,
-                   haswell, when only avx2 kernels are timed, else ggml's pick, the best this CPU
-                   runs), best, or a build's name (${llamaCppCpuBuilds().join(", ")})
+  --llamacpp-cpu NAME  which of llama.cpp's CPU builds runs: match (default: where one kernel
+                   family is timed, llama.cpp's build for the same instruction set: amx
+                   sapphirerapids, avx512_bf16 cooperlake, avx512 skylakex, avx2 haswell,
+                   baseline x64; with several, ggml's pick, the best this CPU runs), best, or a
+                   build's name (${llamaCppCpuBuilds().join(", ")})
   --quick          fewer tokens, batch 1 and 4 only`);
   process.exit(0);
 }

@@ -12,12 +12,20 @@ import { llamaCppCpuBuilds, matchingLlamaCppBuild } from "../../scripts/bench/li
 import { repoRoot } from "../helpers/fixtures.js";
 
 describe("vs-llamacpp: which llama.cpp CPU build runs", () => {
-  it("matches the avx2 family alone with llama.cpp's AVX2 build, and leaves the rest to ggml", () => {
+  it("matches one kernel family with llama.cpp's build for its instruction set, and leaves several to ggml", () => {
     expect(matchingLlamaCppBuild(["avx2"])).to.equal("haswell");
+    expect(matchingLlamaCppBuild(["avx2", "avx2"])).to.equal("haswell");
+    expect(matchingLlamaCppBuild(["amx"])).to.equal("sapphirerapids");
+    expect(matchingLlamaCppBuild(["avx512_bf16"])).to.equal("cooperlake");
+    expect(matchingLlamaCppBuild(["avx512"])).to.equal("skylakex");
+    expect(matchingLlamaCppBuild(["baseline"])).to.equal("x64");
     expect(matchingLlamaCppBuild(["avx512_bf16", "avx512"])).to.equal(undefined);
     expect(matchingLlamaCppBuild(["avx512", "avx2"])).to.equal(undefined);
     expect(matchingLlamaCppBuild([])).to.equal(undefined);
-    expect(llamaCppCpuBuilds()).to.include("haswell");
+    // Every build named is one the installed package ships.
+    for (const family of ["amx", "avx512_bf16", "avx512", "avx2", "baseline"]) {
+      expect(llamaCppCpuBuilds()).to.include(matchingLlamaCppBuild([family]));
+    }
   });
 
   it("loads only the build asked for, and removes its copy at exit", function () {

@@ -31,12 +31,28 @@ function binsDir(): string {
 }
 
 /**
- * The build the llama.cpp arm should load for these kernel families: `haswell` (llama.cpp's
- * AVX2 build) when every family timed is avx2, otherwise undefined (ggml's own pick, the best
- * the CPU runs, which is what the AVX-512 families are compared with).
+ * llama.cpp's build for the instruction set each kernel family is written for: the same
+ * instructions on both sides (ggml's `cooperlake` has AVX-512 with VNNI and BF16, as our
+ * avx512_bf16 family uses; `skylakex` AVX-512 without VNNI, as our avx512 family; `x64` no
+ * AVX, as our baseline family, which is SSE2).
+ */
+const familyBuilds: Record<string, string> = {
+  amx: "sapphirerapids",
+  avx512_bf16: "cooperlake",
+  avx512: "skylakex",
+  avx2: "haswell",
+  baseline: "x64",
+};
+
+/**
+ * The build the llama.cpp arm should load for these kernel families: where every family timed
+ * is the same one, llama.cpp's build for that instruction set (familyBuilds); otherwise
+ * undefined (ggml's own pick, the best the CPU runs, which every family is then compared with).
  */
 export function matchingLlamaCppBuild(families: readonly string[]): string | undefined {
-  return families.length > 0 && families.every((family) => family === "avx2") ? "haswell" : undefined;
+  const first = families[0];
+  if (first === undefined || !families.every((family) => family === first)) return undefined;
+  return familyBuilds[first];
 }
 
 /**
