@@ -364,16 +364,16 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       // without one (or with other settings) is timed again and remembered with it.
       const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name);
       const std::string scriptSettings = ScriptSettings(request);
-      const bool timingRemembered = verdict && verdict->timing && verdict->timing->settings == scriptSettings;
+      std::optional<RuntimeVerdict> rememberedDecision;
+      if (timed && verdict && verdict->timing && verdict->timing->settings == scriptSettings) {
+        rememberedDecision = DecideRuntime(kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script});
+      }
       std::unique_ptr<Stepper> native;
       if (verdict) {
         checkNote = "load-time check " + std::string(verdict->agrees ? "passed" : "failed") + " on " + verdict->checked +
                     " for this archive, build and kernel family (remembered in " + cache.file() + ")";
         // A remembered timing that chose the TorchScript runtime: nothing is packed.
-        const bool scriptChosen =
-            timed && timingRemembered &&
-            !DecideRuntime(kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script}).native;
-        if (verdict->agrees && !scriptChosen) {
+        if (verdict->agrees && !(rememberedDecision && !rememberedDecision->native)) {
           native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
           clock.Lap("pack");
         }
@@ -400,8 +400,8 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
           decision.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
         } else if (!timed) {
           decision = DecideRuntime(kernels.name, RuntimeTimings{});
-        } else if (timingRemembered) {
-          decision = DecideRuntime(kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script});
+        } else if (rememberedDecision) {
+          decision = *rememberedDecision;
           decision.reason += " (timed at an earlier load, remembered with the verdict)";
           if (!decision.native) {
             std::string note;
