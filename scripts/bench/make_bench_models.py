@@ -14,6 +14,10 @@ export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
                8192, vocabulary 128256, context 1024, tied head, rope theta 500000 (2.47 GB in
                16 bits). Written in 16 bits only (bf16 checkpoint, f16 GGUF): its float32 files
                would take 10 GB of disk for a comparison the smaller models already make.
+  llama-3b:    Llama-3.2-3B's shape: 28 layers, d=3072, 24 heads over 8 kv heads, SwiGLU width
+               8192, vocabulary 128256, context 1024, tied head (6.4 GB in 16 bits), for
+               load-memory.ts at a size where loading libtorch is a small part of a load. Not
+               in the default list: building it holds the float32 model (12.9 GB) in memory.
 
   llama-chat-2k: a small Llama shape for scripts/bench/prefix-cache.ts: 12 layers, d=384, 6 heads
                over 2 kv heads, SwiGLU width 1024, context 2048, tied head, with Llama 2's
@@ -69,6 +73,12 @@ def llama_1b():
                                     tie_word_embeddings=True))
 
 
+def llama_3b():
+    return random_llama(LlamaConfig(vocab_size=128256, block_size=1024, n_layer=28, n_head=24, n_kv_head=8,
+                                    n_embd=3072, intermediate_size=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                    tie_word_embeddings=True))
+
+
 def llama_chat_2k():
     return random_llama(LlamaConfig(vocab_size=32000, block_size=2048, n_layer=12, n_head=6, n_kv_head=2, n_embd=384,
                                     intermediate_size=1024, rms_norm_eps=1e-5, rope_theta=10000.0,
@@ -77,7 +87,8 @@ def llama_chat_2k():
 
 MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")),
           "llama-135m": (llama_135m, ("f32", "bf16", "q8_0", "q4_0", "q4_k_m")),
-          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_0", "q4_k_m"))}
+          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_0", "q4_k_m")),
+          "llama-3b": (llama_3b, ("bf16", "q8_0", "q4_k_m"))}
 QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
 # Llama 2's tokenizer: <s> 1, </s> 2, a BOS in front of every prompt.
 LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_id": 1, "eos_token_id": 2,
@@ -127,6 +138,7 @@ def write(out_dir: str, name: str, wanted) -> dict:
             continue
         config = dict(cfg, dtype="float32" if dtype == torch.float32 else "bfloat16")
         export_gpt.save_module(model.to(dtype), paths[key], config)
+    del model  # the quantized files below start from a fresh float32 model: hold one at a time
     # The GGUF files hold the checkpoint's weights (f16 rounded from the float32 ones where
     # there are any; bf16 values of this scale are exact in f16); the benchmark feeds token
     # ids, so a placeholder vocabulary stands in for a tokenizer.
