@@ -376,11 +376,11 @@ int PackedLinear::InterleaveQ8_0() { return Interleave(WeightType::Q8_0); }
 
 int PackedLinear::Interleave(WeightType type) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
-  const int groups = Regroup(type, kQ4KGroupRows, 1, [this, type](uint8_t* at) {
+  const int groups = Regroup(type, kQ4KGroupRows, 1, [this, type](const uint8_t* from, uint8_t* to) {
     if (type == WeightType::Q4_K) {
-      InterleaveQ4KRows(at, k_ / 256);
+      InterleaveQ4KRows(from, to, k_ / 256);
     } else {
-      InterleaveBlock32Rows(type, at, k_ / 32);
+      InterleaveBlock32Rows(type, from, to, k_ / 32);
     }
   });
   groups_ += groups;
@@ -390,7 +390,9 @@ int PackedLinear::Interleave(WeightType type) {
 
 int PackedLinear::TileQ8_0() {
   if (!quantized() || tiles_ > 0) return 0;
-  tiles_ = Regroup(WeightType::Q8_0, kQ8_0TileRows, 2, [this](uint8_t* at) { TileQ8_0Rows(at, k_ / 32); });
+  tiles_ = Regroup(WeightType::Q8_0, kQ8_0TileRows, 2, [this](const uint8_t* from, uint8_t* to) {
+    TileQ8_0Rows(from, to, k_ / 32);
+  });
   return tiles_;
 }
 
@@ -414,21 +416,23 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
     // Each group rewrites its own rows in place, so a large matrix's groups go to several
     // threads (a 1B Q8_0 checkpoint's tile panels took 0.25-0.37 s of a load on one).
     SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * width * rowBytes, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) rewrite(const_cast<uint8_t*>(rows_[starts[i]]));
+      for (int64_t i = begin; i < end; ++i) {
+        uint8_t* rows = const_cast<uint8_t*>(rows_[starts[i]]);
+        rewrite(rows, rows);
+      }
     });
     return static_cast<int>(starts.size());
   }
   // Rows in a mapping of the checkpoint (a type the load did not expect this family to rewrite):
-  // a write there would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place,
-  // 0.4-0.9 s this way), and would race a lease break's copy. So out of place, into fresh memory.
+  // read where they lie and written in the new layout into fresh memory, one pass. A write in the
+  // mapping would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place), and would
+  // race a lease break's copy. The load reads rows it expects to be rewritten into memory: the
+  // fresh pages cost the same either way (3B Q8_0, avx2: archive and release 1.4-1.6 s mapped,
+  // 1.2-1.6 s read into memory; the kernel's page clearing was 27% of a profile of the load).
   const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
   std::shared_ptr<uint8_t> block(static_cast<uint8_t*>(AllocateAligned(starts.size() * groupBytes, true)), std::free);
   SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      uint8_t* to = block.get() + i * groupBytes;
-      std::memcpy(to, rows_[starts[i]], groupBytes);
-      rewrite(to);
-    }
+    for (int64_t i = begin; i < end; ++i) rewrite(rows_[starts[i]], block.get() + i * groupBytes);
   });
   // The source runs, merged where they touch, so the pages between two groups go too.
   std::vector<std::pair<const uint8_t*, const uint8_t*>> runs;

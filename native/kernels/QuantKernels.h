@@ -108,8 +108,9 @@ void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);
 //                in the high, values 4j..4j+3 of each.
 constexpr int kQ4KGroupRows = 8;
 constexpr int kQ4KGroupBlockBytes = kQ4KGroupRows * 144;
-// `rows`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved in place.
-void InterleaveQ4KRows(uint8_t* rows, int blocks);
+// `from`: eight contiguous Q4_K rows of `blocks` super-blocks, interleaved into `to` (the same
+// bytes: `from` itself, rewritten in place, or memory of their size that they do not overlap).
+void InterleaveQ4KRows(const uint8_t* from, uint8_t* to, int blocks);
 
 // Q4_0 and Q5_0 rows in groups of eight, interleaved the same way (PackedLinear::
 // InterleaveBlock32): a product's lanes are the eight columns, each block's 32 values summed in
@@ -131,9 +132,9 @@ constexpr int kQ5_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q5_0
 //   [0, 16)     the eight rows' float16 d
 //   [16, 272)   the 16 bytes of pair p (0..15) hold values 2p and 2p + 1 of each row (row c at 2c)
 constexpr int kQ8_0GroupBlockBytes = kQ4KGroupRows * BlockBytes(WeightType::Q8_0);
-// `rows`: eight contiguous rows of `type` (Q4_0, Q5_0 or Q8_0) of `blocks` blocks, interleaved
-// in place.
-void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
+// `from`: eight contiguous rows of `type` (Q4_0, Q5_0 or Q8_0) of `blocks` blocks, interleaved
+// into `to` (`from` itself, or memory of their size that they do not overlap).
+void InterleaveBlock32Rows(WeightType type, const uint8_t* from, uint8_t* to, int blocks);
 
 // Q8_0 rows in panels of sixteen on the amx family (PackedLinear::TileQ8_0): each block of the
 // sixteen columns is the B operand of an AMX tdpbsud as it lies (a tile of 8 x 64 bytes), and
@@ -149,7 +150,8 @@ void InterleaveBlock32Rows(WeightType type, uint8_t* rows, int blocks);
 // activation block's sum, taken off once per row and block, leaves ggml's exact int32 sum.
 constexpr int kQ8_0TileRows = 16;
 constexpr int kQ8_0TileBytes = 512;
-// `rows`: sixteen contiguous Q8_0 rows of `blocks` blocks, laid out in place.
-void TileQ8_0Rows(uint8_t* rows, int blocks);
+// `from`: sixteen contiguous Q8_0 rows of `blocks` blocks, laid out into `to` (`from` itself, or
+// memory of their size that they do not overlap).
+void TileQ8_0Rows(const uint8_t* from, uint8_t* to, int blocks);
 
 }  // namespace tsn
