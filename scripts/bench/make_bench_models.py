@@ -19,6 +19,13 @@ export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
                load-memory.ts at a size where loading libtorch is a small part of a load. Not
                in the default list: building it holds the float32 model (12.9 GB) in memory.
 
+  llama-8b:    Llama-3.1-8B's shape: 32 layers, d=4096, 32 heads over 8 kv heads, SwiGLU width
+               14336, vocabulary 128256, context 1024, untied head (4.9 GB Q4_K_M, 8.5 GB Q8_0),
+               for load-memory.ts at the size the quantized formats are for. Quantized
+               checkpoints only, and built without a float model (32 GB): each matrix is one
+               quantized block of 256 random rows repeated, so its bytes are a real format's
+               but its rows are not all different. Load timing only (no GGUF written).
+
   llama-chat-2k: a small Llama shape for scripts/bench/prefix-cache.ts: 12 layers, d=384, 6 heads
                over 2 kv heads, SwiGLU width 1024, context 2048, tied head, with Llama 2's
                real tokenizer (32,000 tokens, test/helpers/real_tokenizers.mjs); a float32
@@ -36,6 +43,7 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
+from torch import nn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -77,6 +85,54 @@ def llama_3b():
     return random_llama(LlamaConfig(vocab_size=128256, block_size=1024, n_layer=28, n_head=24, n_kv_head=8,
                                     n_embd=3072, intermediate_size=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
                                     tie_word_embeddings=True))
+
+
+def llama_8b_config() -> LlamaConfig:
+    return LlamaConfig(vocab_size=128256, block_size=1024, n_layer=32, n_head=32, n_kv_head=8, n_embd=4096,
+                       intermediate_size=14336, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False)
+
+
+def write_tiled(out_dir: str, name: str, cfg: LlamaConfig, wanted) -> dict:
+    """Quantized checkpoints of `cfg`'s shape built on the meta device: every matrix is the
+    quantization of 256 random N(0, 0.02) rows, repeated to its height (see llama-8b above)."""
+    from torchserve_node import quant
+    from torchserve_node.llama import Embedding, Linear, llama_tensor_qtype
+    paths = {}
+    for scheme in ("q8_0", "q4_k_m"):
+        if scheme not in wanted:
+            continue
+        path = paths[f"{scheme}.pt"] = os.path.join(out_dir, f"{name}-{scheme}.pt")
+        if os.path.exists(path):
+            continue
+        torch.manual_seed(0)
+        blocks = {}
+        with torch.no_grad():
+            model = LlamaLM(cfg, device="meta")
+            for module_name, module in list(model.named_modules()):
+                if not isinstance(module, (Linear, Embedding)):
+                    continue
+                n, k = module.weight.shape
+                qtype = llama_tensor_qtype(scheme, module_name + ".weight", cfg.n_layer, cfg.tie_word_embeddings, k)
+                if (qtype, k) not in blocks:
+                    blocks[qtype, k] = quant.quantize(qtype, torch.randn(256, k) * 0.02)
+                assert n % 256 == 0, f"{module_name}: {n} rows, not a whole number of blocks of 256"
+                rows = torch.from_numpy(blocks[qtype, k]).repeat(n // 256, 1)
+                replacement = (quant.QuantEmbedding(qtype, rows, n, k) if isinstance(module, Embedding)
+                               else quant.QuantLinear(qtype, rows, k, n, None))
+                owner_name, _, leaf = module_name.rpartition(".")
+                setattr(model.get_submodule(owner_name) if owner_name else model, leaf, replacement)
+            for param_name, param in list(model.named_parameters()):
+                owner_name, _, leaf = param_name.rpartition(".")
+                model.get_submodule(owner_name)._parameters[leaf] = nn.Parameter(torch.ones(param.shape), requires_grad=False)
+        config = dict(architecture="llama", **cfg.to_dict(), format="torchserve-node/causal-lm",
+                      interface_version=INTERFACE_VERSION, tokenizer=BYTE_TOKENIZER, dtype="float32",
+                      quantization=scheme)
+        export_gpt.save_module(model.eval(), path, config)
+        del model
+    return paths
+
+
+TILED_MODELS = {"llama-8b": llama_8b_config}
 
 
 def llama_chat_2k():
@@ -172,10 +228,11 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")
     for name in names:
-        if name not in MODELS and name not in CHAT_MODELS:
-            ap.error(f"unknown model {name!r} (known: {', '.join([*MODELS, *CHAT_MODELS])})")
+        if name not in MODELS and name not in CHAT_MODELS and name not in TILED_MODELS:
+            ap.error(f"unknown model {name!r} (known: {', '.join([*MODELS, *CHAT_MODELS, *TILED_MODELS])})")
     wanted = args.precisions.split(",")
     print(json.dumps({name: write_chat_model(args.out, name, args.llama_tokenizer) if name in CHAT_MODELS
+                      else write_tiled(args.out, name, TILED_MODELS[name](), wanted) if name in TILED_MODELS
                       else write(args.out, name, wanted) for name in names}))
     return 0
 
