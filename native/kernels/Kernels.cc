@@ -427,8 +427,8 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
   // read where they lie and written in the new layout into fresh memory, one pass. A write in the
   // mapping would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place), and would
   // race a lease break's copy. The load reads rows it expects to be rewritten into memory: the
-  // fresh pages cost the same either way (3B Q8_0, avx2: archive and release 1.4-1.6 s mapped,
-  // 1.2-1.6 s read into memory; the kernel's page clearing was 27% of a profile of the load).
+  // fresh pages cost the same either way (3B Q8_0, avx2: archive and release 1.39-1.42 s mapped,
+  // 1.24-1.55 s read into memory; the kernel's page clearing was 27% of a profile of the load).
   const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
   std::shared_ptr<uint8_t> block(static_cast<uint8_t*>(AllocateAligned(starts.size() * groupBytes, true)), std::free);
   SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
