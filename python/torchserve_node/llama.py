@@ -321,13 +321,15 @@ def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool,
     return qtype if width is None else tensor_type_fallback(qtype, width)
 
 
-def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
+def quantize_llama(model: LlamaLM, scheme: str, rows=None) -> List[str]:
     """Replaces the model's matrices (every layer's projections, the embedding table and the
     output head) by quant.QuantLinear / QuantEmbedding of the types llama.cpp's quantize
     gives them under `scheme` (llama_tensor_qtype), in place; norms and biases stay float32
     as llama.cpp keeps them. A matrix whose input width is not a multiple of its type's block
     takes llama.cpp's fallback (Q4_K -> Q5_0, Q6_K -> Q8_0), or stays float if the width is
-    not a multiple of 32. Returns the names of the quantized weights."""
+    not a multiple of 32. `rows(qtype, weight)` gives a matrix's quantized rows (default:
+    quant.quantize of its weight; a model built on the meta device has no values to quantize,
+    so its builder gives rows of its own). Returns the names of the quantized weights."""
     from . import quant
     done: List[str] = []
     with torch.no_grad():
@@ -337,10 +339,12 @@ def quantize_llama(model: LlamaLM, scheme: str) -> List[str]:
             qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied, module.weight.size(1))
             if qtype is None:
                 continue
+            n, k = module.weight.shape
+            data = torch.from_numpy((rows or quant.quantize)(qtype, module.weight))
             if isinstance(module, Embedding):
-                replacement = quant.QuantEmbedding.of(qtype, module.weight)
+                replacement = quant.QuantEmbedding(qtype, data, n, k)
             else:
-                replacement = quant.QuantLinear.of(qtype, module.weight, module.bias)
+                replacement = quant.QuantLinear(qtype, data, k, n, module.bias)
             owner_name, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(owner_name) if owner_name else model, leaf, replacement)
             done.append(name + ".weight")

@@ -552,11 +552,6 @@ class QuantEmbedding(nn.Module):
         self.register_buffer("qweight", qweight.contiguous())
         self.dense = None
 
-    @staticmethod
-    def of(qtype: str, weight: Tensor) -> "QuantEmbedding":
-        n, k = weight.shape
-        return QuantEmbedding(qtype, torch.from_numpy(quantize(qtype, weight)), n, k)
-
     @torch.jit.export
     def dequantize(self) -> Tensor:
         return dequantize_rows(self.qweight, self.qtype, self.embedding_dim)

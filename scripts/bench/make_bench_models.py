@@ -42,6 +42,7 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -96,7 +97,6 @@ def write_tiled(out_dir: str, name: str, cfg: LlamaConfig, wanted) -> dict:
     """Quantized checkpoints of `cfg`'s shape built on the meta device: every matrix is the
     quantization of 256 random N(0, 0.02) rows, repeated to its height (see llama-8b above)."""
     from torchserve_node import quant
-    from torchserve_node.llama import Embedding, Linear, llama_tensor_qtype
     paths = {}
     for scheme in ("q8_0", "q4_k_m"):
         if scheme not in wanted:
@@ -106,21 +106,17 @@ def write_tiled(out_dir: str, name: str, cfg: LlamaConfig, wanted) -> dict:
             continue
         torch.manual_seed(0)
         blocks = {}
+
+        def tiled(qtype: str, weight) -> np.ndarray:
+            n, k = weight.shape
+            if (qtype, k) not in blocks:
+                blocks[qtype, k] = quant.quantize(qtype, torch.randn(256, k) * 0.02)
+            assert n % 256 == 0, f"{n} rows, not a whole number of blocks of 256"
+            return np.tile(blocks[qtype, k], (n // 256, 1))
+
         with torch.no_grad():
             model = LlamaLM(cfg, device="meta")
-            for module_name, module in list(model.named_modules()):
-                if not isinstance(module, (Linear, Embedding)):
-                    continue
-                n, k = module.weight.shape
-                qtype = llama_tensor_qtype(scheme, module_name + ".weight", cfg.n_layer, cfg.tie_word_embeddings, k)
-                if (qtype, k) not in blocks:
-                    blocks[qtype, k] = quant.quantize(qtype, torch.randn(256, k) * 0.02)
-                assert n % 256 == 0, f"{module_name}: {n} rows, not a whole number of blocks of 256"
-                rows = torch.from_numpy(blocks[qtype, k]).repeat(n // 256, 1)
-                replacement = (quant.QuantEmbedding(qtype, rows, n, k) if isinstance(module, Embedding)
-                               else quant.QuantLinear(qtype, rows, k, n, None))
-                owner_name, _, leaf = module_name.rpartition(".")
-                setattr(model.get_submodule(owner_name) if owner_name else model, leaf, replacement)
+            quantize_llama(model, scheme, rows=tiled)
             for param_name, param in list(model.named_parameters()):
                 owner_name, _, leaf = param_name.rpartition(".")
                 model.get_submodule(owner_name)._parameters[leaf] = nn.Parameter(torch.ones(param.shape), requires_grad=False)
