@@ -13,7 +13,7 @@ LoadWorker::LoadWorker(Napi::Env env, LoadRequest request)
 void LoadWorker::Execute() {
   try {
     loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel,
-                             request_.mapWeights, request_.kernels);
+                             request_.mapWeights, request_.kernels, request_.layoutDir);
   } catch (...) {
     failure_ = CurrentError(ErrorCode::kCheckpointInvalid);
     SetError(failure_.message);
@@ -48,6 +48,7 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info, bool languageModel) {
     if (options.Get("threads").IsNumber()) request.threads = options.Get("threads").As<Napi::Number>().Int32Value();
     if (options.Get("kernels").IsString()) request.kernels = options.Get("kernels").As<Napi::String>().Utf8Value();
     if (options.Get("mapWeights").IsBoolean()) request.mapWeights = options.Get("mapWeights").As<Napi::Boolean>().Value();
+    if (options.Get("layoutCache").IsString()) request.layoutDir = options.Get("layoutCache").As<Napi::String>().Utf8Value();
     Napi::Value extra = options.Get("extraFiles");
     if (extra.IsArray()) {
       Napi::Array names = extra.As<Napi::Array>();

@@ -18,6 +18,7 @@ struct LoadRequest {
   int threads = 0;
   bool languageModel = false;
   bool mapWeights = true;        // on the CPU: the weight records used where they lie (common/MappedFile.h)
+  std::string layoutDir;  // "layoutCache": where layout files are looked for (runtime/LayoutCache.h)
   std::string kernels = "auto";  // the cap configure will be given (which rows it lays out anew)
 };
 

@@ -53,6 +53,7 @@ Napi::Function TorchModel::Define(Napi::Env env) {
                          InstanceMethod<&TorchModel::Dispose>("dispose"),
                          InstanceMethod<&TorchModel::PrefixCacheStats>("prefixCacheStats"),
                          InstanceMethod<&TorchModel::WeightBytes>("weightBytes"),
+                         InstanceMethod<&TorchModel::LayoutWritten>("layoutWritten"),
                          InstanceAccessor<&TorchModel::ExtraFiles>("extraFiles"),
                          InstanceAccessor<&TorchModel::Device>("device"),
                      });
@@ -382,6 +383,46 @@ Napi::Value TorchModel::WeightBytes(const Napi::CallbackInfo& info) {
   auto abandon = [settle] { settle(true, {ErrorCode::kDisposed, "the model was disposed"}, {}); };
   if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {ErrorCode::kDisposed, "the model was disposed"});
   return deferred.Promise();
+}
+
+namespace {
+
+// Waits for a layout file's write on a worker thread of libuv's pool.
+class LayoutWaitWorker final : public Napi::AsyncWorker {
+ public:
+  LayoutWaitWorker(Napi::Env env, LayoutWrite write)
+      : Napi::AsyncWorker(env, "torchserve-node:layout"), deferred_(Napi::Promise::Deferred::New(env)), write_(std::move(write)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override { error_ = write_.done.get(); }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("file", write_.file);
+    out.Set("bytes", Napi::Number::New(env, static_cast<double>(write_.bytes)));
+    out.Set("error", error_);
+    deferred_.Resolve(out);
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  LayoutWrite write_;
+  std::string error_;
+};
+
+}  // namespace
+
+Napi::Value TorchModel::LayoutWritten(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::optional<LayoutWrite> write = core_->LayoutWritten();
+  if (!write) {
+    auto deferred = Napi::Promise::Deferred::New(env);
+    deferred.Resolve(env.Null());
+    return deferred.Promise();
+  }
+  auto* worker = new LayoutWaitWorker(env, std::move(*write));
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 Napi::Value TorchModel::ExtraFiles(const Napi::CallbackInfo& info) {

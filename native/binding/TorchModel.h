@@ -30,6 +30,9 @@ class TorchModel : public Napi::ObjectWrap<TorchModel> {
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   // {module, runtime}: bytes of weights the module and the chosen runtime hold (a Promise).
   Napi::Value WeightBytes(const Napi::CallbackInfo& info);
+  // null, or {file, bytes, error} once the layout file this load writes is written ("" error)
+  // or not (runtime/LayoutCache.h); a Promise.
+  Napi::Value LayoutWritten(const Napi::CallbackInfo& info);
   Napi::Value ExtraFiles(const Napi::CallbackInfo& info);
   Napi::Value Device(const Napi::CallbackInfo& info);
   Napi::Value PrefixCacheStats(const Napi::CallbackInfo& info);

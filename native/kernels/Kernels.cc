@@ -368,36 +368,60 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
   if (bias) std::memcpy(bias_.get(), bias, sizeof(float) * n);
 }
 
-int PackedLinear::InterleaveQ4K() { return Interleave(WeightType::Q4_K); }
+int PackedLinear::InterleaveQ4K(RegroupCache* cache) { return Interleave(WeightType::Q4_K, cache); }
 
-int PackedLinear::InterleaveBlock32() { return Interleave(WeightType::Q4_0) + Interleave(WeightType::Q5_0); }
+int PackedLinear::InterleaveBlock32(RegroupCache* cache) {
+  return Interleave(WeightType::Q4_0, cache) + Interleave(WeightType::Q5_0, cache);
+}
 
-int PackedLinear::InterleaveQ8_0() { return Interleave(WeightType::Q8_0); }
+int PackedLinear::InterleaveQ8_0(RegroupCache* cache) { return Interleave(WeightType::Q8_0, cache); }
 
-int PackedLinear::Interleave(WeightType type) {
+int PackedLinear::Interleave(WeightType type, RegroupCache* cache) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
-  const int groups = Regroup(type, kQ4KGroupRows, 1, [this, type](const uint8_t* from, uint8_t* to) {
-    if (type == WeightType::Q4_K) {
-      InterleaveQ4KRows(from, to, k_ / 256);
-    } else {
-      InterleaveBlock32Rows(type, from, to, k_ / 32);
-    }
-  });
+  const int groups = Regroup(
+      type, kQ4KGroupRows, 1,
+      [this, type](const uint8_t* from, uint8_t* to) {
+        if (type == WeightType::Q4_K) {
+          InterleaveQ4KRows(from, to, k_ / 256);
+        } else {
+          InterleaveBlock32Rows(type, from, to, k_ / 32);
+        }
+      },
+      cache);
   groups_ += groups;
   groupsOf_[static_cast<int>(type)] = groups;
   return groups;
 }
 
-int PackedLinear::TileQ8_0() {
+int PackedLinear::TileQ8_0(RegroupCache* cache) {
   if (!quantized() || tiles_ > 0) return 0;
-  tiles_ = Regroup(WeightType::Q8_0, kQ8_0TileRows, 2, [this](const uint8_t* from, uint8_t* to) {
-    TileQ8_0Rows(from, to, k_ / 32);
-  });
+  tiles_ = Regroup(
+      WeightType::Q8_0, kQ8_0TileRows, 2, [this](const uint8_t* from, uint8_t* to) { TileQ8_0Rows(from, to, k_ / 32); },
+      cache);
   return tiles_;
 }
 
+namespace {
+
+// Gives back the pages of the source rows of `starts` (runs of `bytes`), merged where they
+// touch so the pages between two runs go too: rows now read from elsewhere.
+void ForgetRuns(const std::vector<const uint8_t*>& starts, size_t bytes) {
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> runs;
+  for (const uint8_t* start : starts) runs.emplace_back(start, start + bytes);
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 0; i < runs.size();) {
+    size_t j = i + 1;
+    const uint8_t* end = runs[i].second;
+    while (j < runs.size() && runs[j].first <= end) end = std::max(end, runs[j++].second);
+    ForgetPages(runs[i].first, static_cast<size_t>(end - runs[i].first));
+    i = j;
+  }
+}
+
+}  // namespace
+
 template <typename Rewrite>
-int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite) {
+int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite, RegroupCache* cache) {
   const size_t rowBytes = RowBytes(type, k_);
   if (grouped_.empty()) grouped_.assign(n_, 0);
   std::vector<int> starts;
@@ -412,42 +436,67 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
     rowsOf_[static_cast<int>(type)] -= width;
   }
   if (starts.empty()) return 0;
-  if (!InMappedFile(rows_[starts[0]])) {
+  const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
+  std::vector<const uint8_t*> sources;
+  for (int c : starts) sources.push_back(rows_[c]);
+  const auto repoint = [&](const uint8_t* block) {
+    for (size_t i = 0; i < starts.size(); ++i) {
+      for (int j = 0; j < width; ++j) rows_[starts[i] + j] = block + i * groupBytes + j * rowBytes;
+    }
+  };
+  std::shared_ptr<const void> owner;
+  if (const uint8_t* laid = cache ? cache->Take(starts.size() * groupBytes, &owner) : nullptr) {
+    // A layout an earlier load made: its first, middle and last run must be these rows' rewrite
+    // (a file of another layout, or damaged there, is set aside and the rows rewritten below).
+    std::unique_ptr<uint8_t, decltype(&std::free)> scratch(static_cast<uint8_t*>(AllocateAligned(groupBytes, false)),
+                                                           std::free);
+    bool same = true;
+    for (size_t i : {size_t{0}, starts.size() / 2, starts.size() - 1}) {
+      rewrite(sources[i], scratch.get());
+      same = same && std::memcmp(scratch.get(), laid + i * groupBytes, groupBytes) == 0;
+    }
+    if (same) {
+      ForgetRuns(sources, groupBytes);
+      repoint(laid);
+      regrouped_.push_back(std::move(owner));
+      return static_cast<int>(starts.size());
+    }
+    cache->Reject("a " + std::to_string(n_) + "x" + std::to_string(k_) + " matrix's runs differ from its rows' rewrite");
+  }
+  if (!InMappedFile(sources[0])) {
     // Each group rewrites its own rows in place, so a large matrix's groups go to several
     // threads (a 1B Q8_0 checkpoint's tile panels took 0.25-0.37 s of a load on one).
-    SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * width * rowBytes, [&](int64_t begin, int64_t end) {
+    SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        uint8_t* rows = const_cast<uint8_t*>(rows_[starts[i]]);
+        uint8_t* rows = const_cast<uint8_t*>(sources[i]);
         rewrite(rows, rows);
       }
     });
+    if (cache) {
+      // Runs that follow each other in memory go as one (a whole matrix, as a rule).
+      for (size_t i = 0; i < starts.size();) {
+        size_t j = i + 1;
+        while (j < starts.size() && sources[j] == sources[i] + (j - i) * groupBytes) ++j;
+        cache->Made(sources[i], (j - i) * groupBytes, owner_);
+        i = j;
+      }
+    }
     return static_cast<int>(starts.size());
   }
-  // Rows in a mapping of the checkpoint (a type the load did not expect this family to rewrite):
-  // read where they lie and written in the new layout into fresh memory, one pass. A write in the
-  // mapping would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place), and would
-  // race a lease break's copy. The load reads rows it expects to be rewritten into memory: the
-  // fresh pages cost the same either way (3B Q8_0, avx2: archive and release 1.39-1.42 s mapped,
-  // 1.24-1.55 s read into memory; the kernel's page clearing was 27% of a profile of the load).
-  const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
+  // Rows in a mapping of the checkpoint (a type the load did not expect this family to rewrite,
+  // or one it expected a layout file to hold): read where they lie and written in the new layout
+  // into fresh memory, one pass. A write in the mapping would copy each 4 KiB page on its first
+  // store (1B Q8_0: 1.1-1.4 s in place), and would race a lease break's copy. The load reads rows
+  // it expects to be rewritten into memory: the fresh pages cost the same either way (3B Q8_0,
+  // avx2: archive and release 1.39-1.42 s mapped, 1.24-1.55 s read into memory; the kernel's
+  // page clearing was 27% of a profile of the load).
   std::shared_ptr<uint8_t> block(static_cast<uint8_t*>(AllocateAligned(starts.size() * groupBytes, true)), std::free);
   SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) rewrite(rows_[starts[i]], block.get() + i * groupBytes);
+    for (int64_t i = begin; i < end; ++i) rewrite(sources[i], block.get() + i * groupBytes);
   });
-  // The source runs, merged where they touch, so the pages between two groups go too.
-  std::vector<std::pair<const uint8_t*, const uint8_t*>> runs;
-  for (int c : starts) runs.emplace_back(rows_[c], rows_[c] + groupBytes);
-  std::sort(runs.begin(), runs.end());
-  for (size_t i = 0; i < runs.size();) {
-    size_t j = i + 1;
-    const uint8_t* end = runs[i].second;
-    while (j < runs.size() && runs[j].first <= end) end = std::max(end, runs[j++].second);
-    ForgetPages(runs[i].first, static_cast<size_t>(end - runs[i].first));
-    i = j;
-  }
-  for (size_t i = 0; i < starts.size(); ++i) {
-    for (int j = 0; j < width; ++j) rows_[starts[i] + j] = block.get() + i * groupBytes + j * rowBytes;
-  }
+  ForgetRuns(sources, groupBytes);
+  repoint(block.get());
+  if (cache) cache->Made(block.get(), starts.size() * groupBytes, block);
   regrouped_.push_back(std::move(block));
   return static_cast<int>(starts.size());
 }

@@ -49,6 +49,20 @@ inline bool IsBlock32(WeightType t) { return t == WeightType::Q8_0 || t == Weigh
 // The quantized types (GGUF rows read in place), as against the packed float ones.
 inline bool IsQuantized(WeightType t) { return IsBlock32(t) || t == WeightType::Q4_K || t == WeightType::Q6_K; }
 
+// Where PackedLinear's regrouped runs come from or go (runtime/LayoutCache.h): a layout made by
+// an earlier load, or a record of the runs this load makes, for the next one.
+class RegroupCache {
+ public:
+  virtual ~RegroupCache() = default;
+  // The next `bytes` of a layout made earlier (owner keeps them alive), or null: the rows are
+  // rewritten here.
+  virtual const uint8_t* Take(size_t bytes, std::shared_ptr<const void>* owner) = 0;
+  // A run of `bytes` was rewritten here, alive while `owner` is.
+  virtual void Made(const uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) = 0;
+  // What Take gave does not match the rows: nothing more is taken from it.
+  virtual void Reject(const std::string& why) = 0;
+};
+
 // A Linear layer's weight [N, K] and bias [N], packed in panels of 16 output columns
 // (panel p holds W[16p .. 16p+15][k] for every k, column-interleaved), N padded to 16.
 class PackedLinear {
@@ -92,15 +106,18 @@ class PackedLinear {
   // Stepper::OwnWeights); nothing else may read them as GGUF rows afterwards, and Row() of an
   // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
   // of groups made. Every family's products read both layouts.
-  int InterleaveQ4K();
+  // With a `cache`, the runs are taken from a layout an earlier load made where it has them (each
+  // call's first, middle and last run compared with a rewrite of the rows first), else made here and
+  // handed to it; the same holds for the calls below.
+  int InterleaveQ4K(RegroupCache* cache = nullptr);
   // The same for the Q4_0 and Q5_0 rows (InterleaveBlock32Rows).
-  int InterleaveBlock32();
+  int InterleaveBlock32(RegroupCache* cache = nullptr);
   // The same for the Q8_0 rows (InterleaveBlock32Rows; the avx2 and avx512 families' layout).
-  int InterleaveQ8_0();
+  int InterleaveQ8_0(RegroupCache* cache = nullptr);
   // The Q8_0 rows sixteen at a time into the tile panels of TileQ8_0Rows (the VNNI families'
   // layout), where they lie, under the same terms: columns c..c+15 (c a multiple of 16) of type
   // Q8_0 whose rows are consecutive in memory and not yet interleaved. Returns the panels made.
-  int TileQ8_0();
+  int TileQ8_0(RegroupCache* cache = nullptr);
   // Whether column c is not a GGUF row: it lies in an interleaved group (quantRow(c - c % 8) is
   // then the group's, and rowType(c) its type) or in a tile panel (quantRow(c - c % 16)).
   bool grouped(int c) const { return !grouped_.empty() && grouped_[c] != 0; }
@@ -133,17 +150,18 @@ class PackedLinear {
   int rowsOf_[8] = {};  // by WeightType
   int groupsOf_[8] = {};
   int tiles_ = 0;
-  // Rows regrouped out of a mapping of the checkpoint (Regroup writes them here).
-  std::vector<std::shared_ptr<uint8_t>> regrouped_;
+  // Rows regrouped out of a mapping of the checkpoint (Regroup writes them here), or taken from a
+  // layout file.
+  std::vector<std::shared_ptr<const void>> regrouped_;
 
-  int Interleave(WeightType type);
+  int Interleave(WeightType type, RegroupCache* cache);
   // The rows of `type` `width` at a time (columns c..c+width-1, c a multiple of width, whose rows
   // are consecutive in memory and in no group yet), each run rewritten by `rewrite` and marked
   // `mark` in grouped_ (1 a group, 2 a tile panel): in place, or where the rows lie in a mapping
   // of the checkpoint (common/MappedFile.h) in a block of its own, the rows' pages then given
-  // back. Returns the runs made.
+  // back; or taken from `cache` (see InterleaveQ4K). Returns the runs made.
   template <typename Rewrite>
-  int Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite);
+  int Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite, RegroupCache* cache);
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",

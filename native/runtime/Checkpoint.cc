@@ -25,6 +25,7 @@
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
 #include "kernels/Kernels.h"
+#include "runtime/LayoutCache.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -71,9 +72,10 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
   // tensor of the module holds (or not 64-byte aligned in the file, as the kernels expect) stays
   // deferred for FillDeferred, as do the rows of a quantized matrix `family` rewrites into a
   // layout of its own (FamilyRegroups: a rewrite of mapped rows would cost a fresh page each).
+  // `laidOutInFile`: a layout file holds those rows, so they too are mapped (and never read).
   // Returns the bytes pointed at the mapping; `laidOut`: the records left for that reason.
   size_t PointAtMapping(const torch::jit::Module& module, const std::shared_ptr<MappedFile>& file,
-                        const KernelSet& family, int threads, size_t* laidOut) {
+                        const KernelSet& family, bool laidOutInFile, int threads, size_t* laidOut) {
     std::set<const void*> rewritten;
     for (const auto& sub : module.modules()) {
       if (!sub.hasattr("qtype") || !sub.hasattr("qweight")) continue;
@@ -101,7 +103,10 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
     size_t bytes = 0;
     for (const Deferred& d : deferred_) {
       const auto found = storages.find(d.buf);
-      const bool laidOutAnew = rewritten.count(d.buf) > 0;
+      // With a layout file they are mapped, not populated: nothing reads them but the layout's
+      // check (a few runs a matrix).
+      const bool inLayout = laidOutInFile && rewritten.count(d.buf) > 0;
+      const bool laidOutAnew = !laidOutInFile && rewritten.count(d.buf) > 0;
       if (laidOutAnew || found == storages.end() || found->second->nbytes() != d.n || d.pos % 64 != 0 ||
           d.pos + d.n > file->size()) {
         if (laidOutAnew) ++*laidOut;
@@ -114,7 +119,7 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
                                                       [](void* ctx) { delete static_cast<std::shared_ptr<MappedFile>*>(ctx); },
                                                       c10::Device(c10::kCPU)));
       file->Use(d.pos, d.n);
-      mapped.push_back(d);
+      if (!inLayout) mapped.push_back(d);
       bytes += d.n;
     }
     deferred_ = std::move(rest);
@@ -216,9 +221,10 @@ void RequireMethod(const torch::jit::Module& module, const std::string& name, co
 
 LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceName,
                            const std::vector<std::string>& extraFileNames, bool languageModel, bool mapWeights,
-                           const std::string& kernelsCap) {
+                           const std::string& kernelsCap, const std::string& layoutDir) {
   LoadedModel loaded;
   loaded.path = path;
+  loaded.layoutDir = layoutDir;
   loaded.device = ResolveDevice(deviceName);
 
   std::error_code ec;
@@ -243,8 +249,13 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
       size_t laidOut = 0;
       const KernelSet& family = Family(kernelsCap);
-      const size_t mapped =
-          file ? reader->PointAtMapping(*loaded.module, file, family, static_cast<int>(LoadThreads()), &laidOut) : 0;
+      // Only where the records can be mapped: read into memory, the rows cost the same whether
+      // rewritten or replaced by the file's.
+      std::string noLayout;  // why there is none (the first load writes one, ModelCore::OwnWeights)
+      if (file) loaded.layout = LayoutSource::Open(layoutDir, path, family.name, &noLayout);
+      const size_t mapped = file ? reader->PointAtMapping(*loaded.module, file, family, loaded.layout != nullptr,
+                                                          static_cast<int>(LoadThreads()), &laidOut)
+                                 : 0;
       const std::string anew = "the quantized rows the " + std::string(family.name) + " kernels lay out anew read into memory";
       if (mapped > 0) {
         loaded.weightsNote = "weights read in place from the checkpoint (mapped, under a read lease)" +

@@ -10,6 +10,8 @@
 
 namespace tsn {
 
+class LayoutSource;
+
 struct LoadedModel {
   std::string path;  // the archive it was read from
   std::shared_ptr<torch::jit::Module> module;
@@ -21,6 +23,11 @@ struct LoadedModel {
   // How the weight records were read (on the CPU): in place from a mapping of the file, or
   // into memory and why.
   std::string weightsNote;
+  // The kernels' layout of the rows the family rewrites, from a layout file an earlier load
+  // wrote (runtime/LayoutCache.h), where one was found for this archive, build and family; those
+  // rows' records are then mapped, not read. `layoutDir`: where to look, and write one.
+  std::shared_ptr<LayoutSource> layout;
+  std::string layoutDir;
 };
 
 // The extra file a language model's export writes the load-time check's reference logits to
@@ -31,10 +38,12 @@ inline constexpr const char* kLoadCheckFile = "load_check.bin";
 // checked too (forward, cache_shape, interface_version() == 1, config.json present). On the
 // CPU with `mapWeights`, the weight records are used where they lie in a mapping of the file
 // (common/MappedFile.h) where a read lease is granted, else read into memory; so are the
-// quantized rows the kernel family `kernelsCap` gives lays out anew (FamilyRegroups).
+// quantized rows the kernel family `kernelsCap` gives lays out anew (FamilyRegroups), unless
+// `layoutDir` holds that family's layout of them (runtime/LayoutCache.h).
 LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceName,
                            const std::vector<std::string>& extraFileNames, bool languageModel,
-                           bool mapWeights = true, const std::string& kernelsCap = "auto");
+                           bool mapWeights = true, const std::string& kernelsCap = "auto",
+                           const std::string& layoutDir = "");
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 

@@ -3,9 +3,11 @@
 #include <malloc.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "runtime/LayoutCache.h"
 
 namespace tsn {
 
@@ -35,7 +37,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       // The native runtime packed its own copy: the module's parameters are not read again.
       ReleaseParameters(*loaded_.module);
       weightsReleased_ = true;
-      const std::string owned = stepper_->OwnWeights();
+      const std::string owned = OwnWeights(choice.kernels);
       if (!owned.empty()) choice.note += "; " + owned;
     }
     if (!loaded_.weightsNote.empty()) choice.note += (choice.note.empty() ? "" : "; ") + loaded_.weightsNote;
@@ -73,6 +75,47 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
   }
 }
 
+std::string ModelCore::OwnWeights(const std::string& family) {
+  std::shared_ptr<LayoutSource> source = std::move(loaded_.layout);  // its mapping lives on in the rows taken
+  if (source && source->family() != family) {
+    // Loaded for another family's layout (configure's cap differs from the load's): those rows
+    // are rewritten out of the mapping.
+    source.reset();
+  }
+  LayoutSink sink;
+  RegroupCache* cache = source ? static_cast<RegroupCache*>(source.get()) : loaded_.layoutDir.empty() ? nullptr : &sink;
+  std::string note = stepper_->OwnWeights(cache);
+  std::string layout;
+  if (source) {
+    if (source->rejected().empty() && source->taken() == source->payload()) {
+      layout = "rows laid out for the " + family + " kernels mapped from " + source->file();
+    } else {
+      const std::string why = source->rejected().empty() ? "it holds more runs than this load makes" : source->rejected();
+      layout = "layout file " + source->file() + " set aside (" + why + "), removed; rows rewritten at load";
+      std::error_code ec;
+      std::filesystem::remove(source->file(), ec);  // the next load writes it anew
+    }
+  } else if (sink.bytes() > 0) {
+    std::string why;
+    std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.path, family, std::move(sink), &why);
+    if (writer) {
+      layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() + " for later loads";
+      std::lock_guard<std::mutex> lock(layoutMutex_);
+      layoutWriter_ = std::move(writer);
+    } else if (!why.empty()) {
+      layout = "layout file not written: " + why;
+    }
+  }
+  if (!layout.empty()) note += (note.empty() ? "" : "; ") + layout;
+  return note;
+}
+
+std::optional<LayoutWrite> ModelCore::LayoutWritten() const {
+  std::lock_guard<std::mutex> lock(layoutMutex_);
+  if (!layoutWriter_) return std::nullopt;
+  return LayoutWrite{layoutWriter_->file(), layoutWriter_->bytes(), layoutWriter_->done()};
+}
+
 void ModelCore::Serve(const std::shared_ptr<ScheduledJob>& first) {
   Track(first->generation, true);
   if (!stepper_) {
@@ -107,7 +150,15 @@ std::pair<int64_t, int64_t> ModelCore::WeightBytes() const {
 }
 
 void ModelCore::Release() {
+  {
+    std::lock_guard<std::mutex> lock(layoutMutex_);
+    if (layoutWriter_) layoutWriter_->Cancel();
+  }
   thread_->Join();
+  {
+    std::lock_guard<std::mutex> lock(layoutMutex_);
+    layoutWriter_.reset();  // joins the write (cancelled above: at most one chunk more)
+  }
   stepper_.reset();
   loaded_.module.reset();
 }

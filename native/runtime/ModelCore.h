@@ -3,7 +3,9 @@
 // decode loop where the runtime allows). No Napi values: TorchModel is its JavaScript face.
 #pragma once
 
+#include <future>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -12,6 +14,7 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Generation.h"
 #include "runtime/InferenceThread.h"
+#include "runtime/LayoutCache.h"
 #include "runtime/PrefixCache.h"
 #include "runtime/Runtime.h"
 #include "runtime/Scheduler.h"
@@ -25,6 +28,13 @@ struct ConfigureResult {
   std::string note;     // why "auto" did not choose native, when it did not
   int64_t kvBytesPerRow = 0;  // the chosen stepper's cache bytes per row
   std::vector<std::pair<std::string, double>> phases;  // seconds per step of configuring, in order
+};
+
+// A layout file being written (runtime/LayoutCache.h): where, how large, and its outcome ("" written).
+struct LayoutWrite {
+  std::string file;
+  size_t bytes = 0;
+  std::shared_future<std::string> done;
 };
 
 class ModelCore {
@@ -56,6 +66,8 @@ class ModelCore {
   std::pair<int64_t, int64_t> WeightBytes() const;
   // Inference thread: whether the module's parameters were released for the native runtime.
   bool WeightsReleased() const { return weightsReleased_; }
+  // Any thread: the layout file this load is writing, if any.
+  std::optional<LayoutWrite> LayoutWritten() const;
 
  private:
   LoadedModel loaded_;
@@ -68,6 +80,12 @@ class ModelCore {
   PrefixCache prefix_;  // which slots hold which prompt prefixes (counters: any thread)
   std::mutex jobsMutex_;  // guards jobs_
   std::set<std::shared_ptr<Generation>> jobs_;
+  mutable std::mutex layoutMutex_;  // guards layoutWriter_
+  std::unique_ptr<LayoutWriter> layoutWriter_;
+
+  // Inference thread: the stepper takes its weights over (Stepper::OwnWeights), its rewritten
+  // rows from a layout file or into one; returns the note.
+  std::string OwnWeights(const std::string& family);
 };
 
 }  // namespace tsn

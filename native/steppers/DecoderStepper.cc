@@ -192,7 +192,7 @@ int64_t DecoderStepper::SlotBudget() const {
   return std::clamp<int64_t>(kvBudgetBytes_ / cache_.BytesPerSlot(), 8, 64);
 }
 
-std::string DecoderStepper::OwnWeights() {
+std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
   // Q4_K groups on the avx2 family only (the AVX-512 families' pair kernels beat them from two
   // rows up); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
   // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
@@ -222,10 +222,10 @@ std::string DecoderStepper::OwnWeights() {
     bool alone = w->quantized();
     for (int c = 0; alone && c < w->n(); ++c) alone = shared.count(w->quantRow(c)) == 0;
     if (!alone) continue;
-    if (q4k) groups += w->InterleaveQ4K();
-    if (q8) groupsQ8 += w->InterleaveQ8_0();
-    if (q8Tiles) tilesQ8 += w->TileQ8_0();
-    groups32 += w->InterleaveBlock32();
+    if (q4k) groups += w->InterleaveQ4K(cache);
+    if (q8) groupsQ8 += w->InterleaveQ8_0(cache);
+    if (q8Tiles) tilesQ8 += w->TileQ8_0(cache);
+    groups32 += w->InterleaveBlock32(cache);
   }
   std::string note;
   if (tilesQ8 > 0) {

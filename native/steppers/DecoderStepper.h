@@ -38,7 +38,7 @@ class DecoderStepper : public Stepper {
   // and avx512 families (InterleaveQ8_0; 1.2-1.5x from six rows), and the Q4_0 and Q5_0 ones on
   // every SIMD family (InterleaveBlock32; 1.03-2.9x); docs/benchmarks.md section 7. A quantized
   // row two matrices share stays as it is.
-  std::string OwnWeights() override;
+  std::string OwnWeights(RegroupCache* cache) override;
 
  protected:
   // The step's tokens of one slot: rows firstRow .. firstRow + count - 1 of the activations,

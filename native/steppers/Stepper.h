@@ -57,8 +57,9 @@ class Stepper {
   virtual bool RetainsCache() const { return false; }
   // The checkpoint's tensors this stepper reads are its alone from now on (the module's
   // parameters were released): it may rewrite them in place into a layout of its own kernels.
-  // Returns what it did, for the configure note ("" for nothing).
-  virtual std::string OwnWeights() { return ""; }
+  // Returns what it did, for the configure note ("" for nothing). `cache`: where the rewritten
+  // rows come from (a layout file an earlier load wrote) or go (one this load writes), or null.
+  virtual std::string OwnWeights(RegroupCache* /*cache*/) { return ""; }
 };
 
 // What a native CPU stepper is built from: the checkpoint's module (weights by name), its

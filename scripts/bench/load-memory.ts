@@ -5,7 +5,7 @@
  * KV budget (SERVICE_KV_BUDGET_MB), load <= 2x reading the file.
  *
  *   node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [--runtime auto|native|torchscript]
- *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold] [--kernels avx2]
+ *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold] [--kernels avx2] [--layout-cache on|off]
  *
  * Each checkpoint loads in a child process of its own (VmRSS and VmHWM are per process), one at
  * a time. The file is read once to warm the page cache and then timed on a second read (into a
@@ -17,7 +17,11 @@
  * choice with its load-time check, packing and warm-up. After load, a short greedy generation proves the model still serves.
  * Each checkpoint loads twice, with a fresh directory for remembered verdicts of the load-time
  * check (loadCheckCache): the first load checks and remembers, the second finds the verdict
- * (a build that does not remember verdicts checks both times).
+ * (a build that does not remember verdicts checks both times). The same fresh directory keeps
+ * layout files (layoutCache, docs/operations.md "Layout files"; --layout-cache off: none): the
+ * first load's child waits for its background write to end before it exits (the seconds it took
+ * are printed apart, not counted in the load), and the later load maps the file, which is read
+ * once before it to warm the page cache as the checkpoint is (with --cold, dropped from it).
  * Weight bytes are the tensor bytes stored in the archive (its data/ entries). Results go to
  * .cache/bench/load-memory-latest.json.
  */
@@ -41,7 +45,8 @@ const usage = `usage: node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt..
   --threads N          compute threads (default cores - 1)
   --tokens N           greedy tokens generated after load (default 8)
   --kernels NAME       native kernel family cap (default auto; SERVICE_KERNELS's values)
-  --cold               drop the checkpoint from the page cache before the read and each load`;
+  --cold               drop the checkpoint from the page cache before the read and each load
+  --layout-cache on|off  keep layout files in the run's fresh cache directory (default on)`;
 
 interface ChildReport {
   baselineRssBytes: number;
@@ -55,6 +60,10 @@ interface ChildReport {
   generated: number;
   /** Seconds of each step of TorchEngine.load (engine.loadPhases); absent from older builds. */
   phases?: Record<string, number>;
+  /** The layout file this load wrote: its bytes, and seconds from the end of the load to the end of the write. */
+  layoutWrite?: { file: string; bytes: number; seconds: number; error: string };
+  /** Whether this load mapped a layout file (its runtime note says so). */
+  layoutMapped?: boolean;
 }
 
 interface Row extends ChildReport {
@@ -85,7 +94,7 @@ function status(): { rss: number; hwm: number } {
   return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
-async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string, kernels: string): Promise<void> {
+async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string, kernels: string, layouts: string): Promise<void> {
   const baseline = status().rss;
   const start = performance.now();
   const engine = await TorchEngine.load(path, {
@@ -94,8 +103,10 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
     threads,
     loadCheckCache: cache,
     kernels: kernels as KernelFamilyCap,
+    ...(layouts === "off" ? {} : { layoutCache: join(cache, "layouts") }),
   });
   const loadSeconds = (performance.now() - start) / 1000;
+  const loaded = performance.now();
   const after = status();
   let memory: { moduleBytes: number; runtimeBytes: number } | undefined;
   try {
@@ -114,7 +125,16 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
     ...(memory ?? {}),
     generated: [...(text ?? "")].length,
     ...(engine.loadPhases ? { phases: { ...engine.loadPhases } } : {}),
+    layoutMapped: (engine.runtimeNote ?? "").includes("mapped from"),
   };
+  // The write runs beside serving; the later load needs it whole. (An older build has no such call.)
+  let written: Awaited<ReturnType<TorchEngine["layoutWritten"]>> = null;
+  try {
+    written = await engine.layoutWritten();
+  } catch {
+    // an addon without the call (an older build, run through TORCHSERVE_ADDON)
+  }
+  if (written) report.layoutWrite = { file: written.file, bytes: written.bytes, seconds: (performance.now() - loaded) / 1000, error: written.error };
   await engine.dispose();
   process.send!(report);
 }
@@ -166,11 +186,11 @@ const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--child") {
-    const [, path, runtime, kv, threads, tokens, cache, kernels] = argv;
-    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!, kernels ?? "auto");
+    const [, path, runtime, kv, threads, tokens, cache, kernels, layouts] = argv;
+    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!, kernels ?? "auto", layouts ?? "on");
     return;
   }
-  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold", "kernels"]);
+  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold", "kernels", "layout-cache"]);
   const cold = flags.get("cold") === true;
   const list = stringFlag(flags, "ckpt", "");
   if (!list) {
@@ -182,6 +202,7 @@ async function main(): Promise<void> {
   const threads = numberFlag(flags, "threads", Math.max(1, availableParallelism() - 1));
   const tokens = numberFlag(flags, "tokens", 8);
   const kernels = stringFlag(flags, "kernels", "auto");
+  const layouts = stringFlag(flags, "layout-cache", "on");
   const rows: Row[] = [];
   for (const checkpoint of list.split(",")) {
     const fileBytes = statSync(checkpoint).size;
@@ -190,8 +211,17 @@ async function main(): Promise<void> {
     else readSeconds(checkpoint); // warms the page cache
     const read = readSeconds(checkpoint);
     const cache = mkdtempSync(join(tmpdir(), "load-checks-"));
-    const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache, kernels];
+    const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache, kernels, layouts];
     const report = await runChild(checkpoint, args, cold);
+    // The layout file the later load maps is treated as the checkpoint is: read through once so
+    // that the load finds it cached (a host whose memory holds less than the checkpoint, the
+    // layout file and the first load's weights at once, as this 24 GB one at 8B Q8_0, drops
+    // part of it while it is written), or dropped with --cold.
+    const layout = report.layoutWrite && !report.layoutWrite.error ? report.layoutWrite.file : undefined;
+    if (layout) {
+      if (cold) evict(layout);
+      else readSeconds(layout);
+    }
     const later = await runChild(checkpoint, args, cold);
     rmSync(cache, { recursive: true, force: true });
     const kvBudgetBytes = kvBudgetMb * 2 ** 20;
@@ -248,7 +278,13 @@ async function main(): Promise<void> {
     for (const [which, report] of [["first", row], ["later", row.later]] as const) {
       const steps = Object.entries(report.phases ?? {}).filter(([name]) => name !== "total");
       const text = steps.length ? steps.map(([name, s]) => `${name} ${s.toFixed(2)}`).join(", ") : "(not reported by this build)";
-      console.log(`  ${basename(row.checkpoint)} ${which}: ${text}`);
+      const write = report.layoutWrite;
+      const layout = write
+        ? `; layout file ${gb(write.bytes)} GB ${write.error ? `not written (${write.error})` : `written ${write.seconds.toFixed(2)} s after the load`}`
+        : report.layoutMapped
+          ? "; layout file mapped"
+          : "";
+      console.log(`  ${basename(row.checkpoint)} ${which}: ${text}${layout}`);
     }
   }
   const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, cold, rows });

@@ -9,7 +9,7 @@ import { readArchiveExtraFiles } from "../checkpoint/archiveFiles.js";
 import { readAhead, verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon, preloadAddon } from "../native/binding.js";
-import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawSamplingSettings } from "../native/types.js";
+import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawLayoutWrite, RawSamplingSettings } from "../native/types.js";
 import type {
   ChatTemplate,
   Completion,
@@ -82,6 +82,14 @@ export interface TorchEngineOptions {
    * threads is checked once, not on every load. Default: nowhere (every load checks).
    */
   loadCheckCache?: string;
+  /**
+   * Where the native kernels' layout of the quantized rows they rewrite at load (Q8_0, Q4_0 and
+   * Q5_0 on every SIMD family, Q4_K on avx2) is kept, one file per checkpoint and kernel family
+   * (SERVICE_LAYOUT_CACHE, docs/operations.md "Layout files"): a later load maps it instead of
+   * reading those rows and rewriting them; the first writes it in the background
+   * (layoutWritten()). Default: nowhere (every load rewrites).
+   */
+  layoutCache?: string;
   /**
    * SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict (and a remembered sha256
    * match); "always" checks (and hashes) again.
@@ -197,6 +205,7 @@ export class TorchEngine implements TextGenerationEngine {
       threads: options.threads ?? defaultThreads(),
       mapWeights: options.mapWeights ?? true,
       kernels: options.kernels ?? "auto",
+      ...(options.layoutCache === undefined ? {} : { layoutCache: options.layoutCache }),
     });
     mark("archive");
     try {
@@ -362,6 +371,15 @@ export class TorchEngine implements TextGenerationEngine {
    * runtime's own (the native runtime's packed copy). On the native runtime the module's
    * parameters are released once packed, so the weights are held once (docs/operations.md, "Memory").
    */
+  /**
+   * The layout file this load writes for later loads (option `layoutCache`), once written:
+   * `error` is "" when it was, else why not; null where this load writes none (it mapped one,
+   * nothing is rewritten, or no directory). The write runs beside serving; close() cancels it.
+   */
+  layoutWritten(): Promise<RawLayoutWrite | null> {
+    return this.model.layoutWritten();
+  }
+
   async weightMemory(): Promise<{ moduleBytes: number; runtimeBytes: number }> {
     const { module, runtime } = await this.model.weightBytes();
     return { moduleBytes: module, runtimeBytes: runtime };

@@ -31,9 +31,16 @@ export interface RawLoadOptions {
   /**
    * The kernel family cap configure() will be given ("auto" by default): the quantized rows its
    * family lays out anew (Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2) are read into
-   * memory rather than mapped.
+   * memory rather than mapped, unless `layoutCache` holds that family's layout of them.
    */
   kernels?: KernelFamilyCap;
+  /**
+   * A directory of layout files (SERVICE_LAYOUT_CACHE): where that family's layout of those rows
+   * is found for this archive and addon build, the rows are mapped from it instead of read and
+   * rewritten; where it is not, configure() writes it there in the background
+   * (layoutWritten()). Default: none.
+   */
+  layoutCache?: string;
 }
 
 /** Any TorchScript module: methods called off the JS thread, one call at a time. */
@@ -107,6 +114,17 @@ export interface RawLanguageModel extends RawModule {
    * released, so `module` drops to its small buffers.
    */
   weightBytes(): Promise<{ module: number; runtime: number }>;
+  /**
+   * The layout file configure() started writing (load option `layoutCache`), once the write has
+   * ended: `error` is "" when it was written, else why not. null where none is being written.
+   */
+  layoutWritten(): Promise<RawLayoutWrite | null>;
+}
+
+export interface RawLayoutWrite {
+  file: string;
+  bytes: number;
+  error: string;
 }
 
 export interface RawLanguageModelSettings {

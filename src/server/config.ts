@@ -48,6 +48,12 @@ export interface EngineEnv {
    * ~/.cache/torchserve-node/load-checks); "off": none, every load checks.
    */
   loadCheckCache: string | undefined;
+  /**
+   * SERVICE_LAYOUT_CACHE: the directory of the native kernels' layout files (docs/operations.md
+   * "Layout files"; default $XDG_CACHE_HOME/torchserve-node/layouts, else
+   * ~/.cache/torchserve-node/layouts); "off": none, every load rewrites those rows.
+   */
+  layoutCache: string | undefined;
   /** SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict; "always" checks on every load. */
   loadCheck: "cached" | "always";
 }
@@ -167,16 +173,22 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     prefixCache: oneOf(env, "SERVICE_PREFIX_CACHE", ["on", "off"] as const, "on"),
     mmap: oneOf(env, "SERVICE_MMAP", ["on", "off"] as const, "on"),
     loadCheckCache: loadCheckCache(env),
+    layoutCache: cacheDir(env, "SERVICE_LAYOUT_CACHE", "layouts"),
     loadCheck: oneOf(env, "SERVICE_LOAD_CHECK", ["cached", "always"] as const, "cached"),
   };
 }
 
 function loadCheckCache(env: NodeJS.ProcessEnv): string | undefined {
-  const raw = text(env, "SERVICE_LOAD_CHECK_CACHE");
+  return cacheDir(env, "SERVICE_LOAD_CHECK_CACHE", "load-checks");
+}
+
+/** `name`'s directory: "off" none, else as given, by default `<XDG_CACHE_HOME or ~/.cache>/torchserve-node/<leaf>`. */
+function cacheDir(env: NodeJS.ProcessEnv, name: string, leaf: string): string | undefined {
+  const raw = text(env, name);
   if (raw === "off") return undefined;
   if (raw !== undefined) return raw;
   const base = text(env, "XDG_CACHE_HOME") ?? (text(env, "HOME") ? join(text(env, "HOME")!, ".cache") : undefined);
-  return base === undefined ? undefined : join(base, "torchserve-node", "load-checks");
+  return base === undefined ? undefined : join(base, "torchserve-node", leaf);
 }
 
 export function readRecommenderEnv(env: NodeJS.ProcessEnv = process.env): RecommenderEnv {

@@ -11,7 +11,7 @@ import { readEngineEnv, readRecommenderEnv, type EngineEnv } from "./config.js";
 
 /** The engine's options from its variables (the checkpoint apart). */
 export function engineOptions(settings: EngineEnv): TorchEngineOptions {
-  const { device, threads, runtime, kernels, torchscriptCompute, torchscriptDequantize, torchscriptOptimize, kvBudgetMb, stepTokens, prefixCache, mmap, loadCheckCache, loadCheck } =
+  const { device, threads, runtime, kernels, torchscriptCompute, torchscriptDequantize, torchscriptOptimize, kvBudgetMb, stepTokens, prefixCache, mmap, loadCheckCache, layoutCache, loadCheck } =
     settings;
   return {
     device,
@@ -26,6 +26,7 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
     prefixCache: prefixCache === "on",
     mapWeights: mmap === "on",
     ...(loadCheckCache === undefined ? {} : { loadCheckCache }),
+    ...(layoutCache === undefined ? {} : { layoutCache }),
     loadCheck,
   };
 }

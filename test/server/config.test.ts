@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { readEngineEnv, readRecommenderEnv, readServerConfig } from "../../src/server/config.js";
+import { engineOptions } from "../../src/server/fromEnv.js";
 import { repoRoot } from "../helpers/fixtures.js";
 
 describe("readServerConfig", () => {
@@ -30,7 +31,7 @@ describe("readServerConfig", () => {
     });
     expect(config.engine).to.deep.equal({
       checkpoint: undefined, device: "cpu", threads: undefined, runtime: "auto", kernels: "auto", torchscriptCompute: "auto", torchscriptDequantize: "auto", torchscriptOptimize: "auto", kvBudgetMb: undefined, stepTokens: undefined, prefixCache: "on", mmap: "on",
-      loadCheckCache: undefined, loadCheck: "cached",
+      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached",
     });
     expect(config.recommender).to.deep.equal({ checkpoint: undefined, device: "cpu", latencyBudgetMs: 100 });
   });
@@ -57,7 +58,7 @@ describe("readServerConfig", () => {
   it("reads every variable", () => {
     const config = readServerConfig({
       HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",
-      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", SERVICE_TORCHSCRIPT_COMPUTE: "float32", SERVICE_TORCHSCRIPT_DEQUANTIZE: "once", SERVICE_TORCHSCRIPT_OPTIMIZE: "off", SERVICE_KV_BUDGET_MB: "512", SERVICE_STEP_TOKENS: "0", SERVICE_PREFIX_CACHE: "off", SERVICE_MMAP: "off", SERVICE_LOAD_CHECK_CACHE: "/var/cache/checks", SERVICE_LOAD_CHECK: "always", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
+      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", SERVICE_TORCHSCRIPT_COMPUTE: "float32", SERVICE_TORCHSCRIPT_DEQUANTIZE: "once", SERVICE_TORCHSCRIPT_OPTIMIZE: "off", SERVICE_KV_BUDGET_MB: "512", SERVICE_STEP_TOKENS: "0", SERVICE_PREFIX_CACHE: "off", SERVICE_MMAP: "off", SERVICE_LOAD_CHECK_CACHE: "/var/cache/checks", SERVICE_LAYOUT_CACHE: "/var/cache/layouts", SERVICE_LOAD_CHECK: "always", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
       MAX_WAIT_MS: "2.5", MAX_QUEUE_SIZE: "10", RATE_LIMIT_PER_SECOND: "5", RATE_LIMIT_BURST: "20",
       REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
     });
@@ -68,7 +69,7 @@ describe("readServerConfig", () => {
     });
     expect(config.engine).to.deep.equal({
       checkpoint: "a.pt", device: "cuda:1", threads: 3, runtime: "torchscript", kernels: "avx2", torchscriptCompute: "float32", torchscriptDequantize: "once", torchscriptOptimize: "off", kvBudgetMb: 512, stepTokens: 0, prefixCache: "off", mmap: "off",
-      loadCheckCache: "/var/cache/checks", loadCheck: "always",
+      loadCheckCache: "/var/cache/checks", layoutCache: "/var/cache/layouts", loadCheck: "always",
     });
     expect(config.recommender).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 50 });
     expect(readServerConfig({ TRUST_PROXY: "true" }).trustProxy).to.equal(true);
@@ -80,6 +81,15 @@ describe("readServerConfig", () => {
     expect(readEngineEnv({ HOME: "/home/u", XDG_CACHE_HOME: "/c" }).loadCheckCache).to.equal("/c/torchserve-node/load-checks");
     expect(readEngineEnv({ HOME: "/home/u", SERVICE_LOAD_CHECK_CACHE: "/srv/checks" }).loadCheckCache).to.equal("/srv/checks");
     expect(readEngineEnv({ HOME: "/home/u", SERVICE_LOAD_CHECK_CACHE: "off" }).loadCheckCache).to.equal(undefined);
+  });
+
+  it("keeps layout files in the user's cache directory unless told where, or off", () => {
+    expect(readEngineEnv({ HOME: "/home/u" }).layoutCache).to.equal("/home/u/.cache/torchserve-node/layouts");
+    expect(readEngineEnv({ HOME: "/home/u", XDG_CACHE_HOME: "/c" }).layoutCache).to.equal("/c/torchserve-node/layouts");
+    expect(readEngineEnv({ HOME: "/home/u", SERVICE_LAYOUT_CACHE: "/srv/layouts" }).layoutCache).to.equal("/srv/layouts");
+    expect(readEngineEnv({ HOME: "/home/u", SERVICE_LAYOUT_CACHE: "off" }).layoutCache).to.equal(undefined);
+    expect(engineOptions(readEngineEnv({ SERVICE_LAYOUT_CACHE: "/srv/layouts" })).layoutCache).to.equal("/srv/layouts");
+    expect(engineOptions(readEngineEnv({ SERVICE_LAYOUT_CACHE: "off" }))).to.not.have.property("layoutCache");
   });
 
   it("names the variable that is wrong", () => {
@@ -98,7 +108,7 @@ describe("readServerConfig", () => {
     const server = readServerConfig(env);
     expect(readEngineEnv(env)).to.deep.equal({
       checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline", torchscriptCompute: "auto", torchscriptDequantize: "auto", torchscriptOptimize: "auto", kvBudgetMb: undefined, stepTokens: undefined, prefixCache: "on", mmap: "on",
-      loadCheckCache: undefined, loadCheck: "cached",
+      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached",
     });
     expect(server.engine).to.deep.equal(readEngineEnv(env));
     expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });

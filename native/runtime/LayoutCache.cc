@@ -1,0 +1,278 @@
+#include "runtime/LayoutCache.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <c10/util/hash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/MappedFile.h"
+#include "common/Parallel.h"
+#include "runtime/LoadCheckCache.h"
+
+namespace tsn {
+
+namespace {
+
+constexpr const char* kMagic = "torchserve-node layout 1\n";
+// The header's room; the runs start at this offset, page-aligned like the mapping.
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kChunkBytes = size_t{16} << 20;
+
+struct Header {
+  std::string key, checkpoint, family;
+  size_t payload = 0;
+};
+
+std::string Field(const std::string& text, const std::string& name) {
+  const std::string prefix = "\n" + name + " ";
+  const size_t at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + prefix.size();
+  const size_t end = text.find('\n', begin);
+  return end == std::string::npos ? "" : text.substr(begin, end - begin);
+}
+
+// The header of a layout file (false where it is not one).
+bool ReadHeader(const std::string& path, Header& header) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(kHeaderBytes, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) return false;
+  if (text.compare(0, std::strlen(kMagic), kMagic) != 0) return false;
+  header.key = Field(text, "key");
+  header.checkpoint = Field(text, "checkpoint");
+  header.family = Field(text, "family");
+  const std::string payload = Field(text, "payload");
+  if (header.key.empty() || payload.empty()) return false;
+  try {
+    header.payload = std::stoull(payload);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+std::string HeaderText(const Header& header) {
+  std::string text = std::string(kMagic) + "key " + header.key + "\ncheckpoint " + header.checkpoint + "\nfamily " +
+                     header.family + "\npayload " + std::to_string(header.payload) + "\n";
+  text.resize(kHeaderBytes, '\0');
+  return text;
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
+bool WriteAll(int fd, const uint8_t* data, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t wrote = ::write(fd, data, bytes);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return false;
+    data += wrote;
+    bytes -= static_cast<size_t>(wrote);
+  }
+  return true;
+}
+
+// Temporary files of processes that are gone (killed while writing), and the layout files of
+// the same checkpoint path and family under another key (another archive or build): removed.
+// Returns the pid of a live process writing `file`, or 0.
+pid_t Tidy(const std::string& dir, const std::string& file, const Header& mine) {
+  pid_t writer = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string path = entry.path().string(), name = entry.path().filename().string();
+    if (name.rfind("layout-", 0) != 0) continue;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      // layout-<sha1>.bin.<pid>.tmp
+      const size_t dot = name.rfind('.', name.size() - 5);
+      const pid_t pid = dot == std::string::npos ? 0 : static_cast<pid_t>(std::atol(name.c_str() + dot + 1));
+      const bool alive = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+      if (!alive) {
+        std::filesystem::remove(path, ec);
+      } else if (path.compare(0, file.size(), file) == 0) {
+        writer = pid;
+      }
+      continue;
+    }
+    if (path == file) continue;
+    Header other;
+    if (ReadHeader(path, other) && other.checkpoint == mine.checkpoint && other.family == mine.family) {
+      std::filesystem::remove(path, ec);
+    }
+  }
+  return writer;
+}
+
+}  // namespace
+
+LayoutName LayoutFileName(const std::string& dir, const std::string& checkpoint, const std::string& family) {
+  if (dir.empty()) return {};
+  const std::string digest = ArchiveDigest(checkpoint);
+  if (digest.empty()) return {};
+  LayoutName name;
+  name.key = digest + " | " + AddonIdentity() + " | " + family;
+  name.file = (std::filesystem::path(dir) / ("layout-" + c10::sha1(name.key).str() + ".bin")).string();
+  return name;
+}
+
+std::shared_ptr<LayoutSource> LayoutSource::Open(const std::string& dir, const std::string& checkpoint,
+                                                 const std::string& family, std::string* why) {
+  why->clear();
+  const LayoutName name = LayoutFileName(dir, checkpoint, family);
+  if (name.file.empty()) return nullptr;
+  std::error_code ec;
+  if (!std::filesystem::exists(name.file, ec)) {
+    *why = "no layout file yet for this archive, build and kernel family";
+    return nullptr;
+  }
+  Header header;
+  if (!ReadHeader(name.file, header) || header.key != name.key || header.family != family) {
+    *why = "layout file " + name.file + " does not match this archive, build and kernel family";
+    return nullptr;
+  }
+  std::string unmapped;
+  std::shared_ptr<MappedFile> map = MappedFile::Open(name.file, &unmapped);
+  if (!map) {
+    *why = "layout file " + name.file + " not mapped: " + unmapped;
+    return nullptr;
+  }
+  if (map->size() != kHeaderBytes + header.payload) {
+    *why = "layout file " + name.file + " is " + std::to_string(map->size()) + " bytes where its header says " +
+           std::to_string(kHeaderBytes + header.payload);
+    return nullptr;
+  }
+  std::shared_ptr<LayoutSource> source(new LayoutSource());
+  source->map_ = std::move(map);
+  source->file_ = name.file;
+  source->family_ = family;
+  source->start_ = kHeaderBytes;
+  source->payload_ = header.payload;
+  source->map_->Use(kHeaderBytes, header.payload);
+  // Mapped in on the load's threads (from the page cache, or the disk), so that the first
+  // requests do not fault the weights in a page at a time.
+  const size_t threads = static_cast<size_t>(std::max<int64_t>(1, LoadThreads()));
+  const size_t slice = (header.payload / threads + 4095) / 4096 * 4096;
+  std::vector<std::thread> team;
+  for (size_t t = 0; t < threads && t * slice < header.payload; ++t) {
+    team.emplace_back([&, t] {
+      source->map_->Populate(kHeaderBytes + t * slice, std::min(slice, header.payload - t * slice));
+    });
+  }
+  for (auto& thread : team) thread.join();
+  // Touched now, so a cache pruned by age keeps the files in use.
+  std::filesystem::last_write_time(name.file, std::filesystem::file_time_type::clock::now(), ec);
+  return source;
+}
+
+const uint8_t* LayoutSource::Take(size_t bytes, std::shared_ptr<const void>* owner) {
+  if (!rejected_.empty() || cursor_ + bytes > payload_) {
+    if (rejected_.empty()) rejected_ = "it holds fewer runs than this load makes";
+    return nullptr;
+  }
+  const uint8_t* at = map_->data() + start_ + cursor_;
+  cursor_ += bytes;
+  *owner = map_;
+  return at;
+}
+
+void LayoutSource::Reject(const std::string& why) {
+  if (rejected_.empty()) rejected_ = why;
+}
+
+void LayoutSink::Made(const uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) {
+  runs_.push_back({data, bytes, std::move(owner)});
+  bytes_ += bytes;
+}
+
+std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const std::string& checkpoint,
+                                                  const std::string& family, LayoutSink&& sink, std::string* why) {
+  why->clear();
+  if (sink.bytes() == 0) return nullptr;
+  const LayoutName name = LayoutFileName(dir, checkpoint, family);
+  if (name.file.empty()) return nullptr;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    *why = "cannot create " + dir + ": " + ec.message();
+    return nullptr;
+  }
+  Header header{name.key, Absolute(checkpoint), family, sink.bytes()};
+  if (const pid_t other = Tidy(dir, name.file, header)) {
+    *why = "process " + std::to_string(other) + " is writing " + name.file;
+    return nullptr;
+  }
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) == 0) {
+    const double total = static_cast<double>(fs.f_blocks) * fs.f_frsize;
+    const double free = static_cast<double>(fs.f_bavail) * fs.f_frsize;
+    const double keep = std::max(total * 0.10, double(size_t{1} << 30));
+    if (free - static_cast<double>(kHeaderBytes + sink.bytes()) < keep) {
+      char text[160];
+      std::snprintf(text, sizeof text, "%.2f GB would leave less than %.2f GB free in %s (%.2f GB free)",
+                    (kHeaderBytes + sink.bytes()) / 1e9, keep / 1e9, dir.c_str(), free / 1e9);
+      *why = text;
+      return nullptr;
+    }
+  }
+  std::unique_ptr<LayoutWriter> writer(new LayoutWriter());
+  writer->file_ = name.file;
+  writer->temporary_ = name.file + "." + std::to_string(getpid()) + ".tmp";
+  writer->bytes_ = sink.bytes();
+  const int fd = ::open(writer->temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *why = "cannot write " + writer->temporary_ + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::promise<std::string> outcome;
+  writer->done_ = outcome.get_future().share();
+  LayoutWriter* self = writer.get();
+  writer->thread_ = std::thread([self, fd, header, runs = std::move(sink.runs_), outcome = std::move(outcome)]() mutable {
+    std::string error;
+    const std::string head = HeaderText(header);
+    bool ok = WriteAll(fd, reinterpret_cast<const uint8_t*>(head.data()), head.size());
+    for (size_t r = 0; ok && r < runs.size(); ++r) {
+      for (size_t at = 0; ok && at < runs[r].bytes; at += kChunkBytes) {
+        if (self->cancel_) {
+          error = "cancelled (the model was disposed)";
+          ok = false;
+          break;
+        }
+        ok = WriteAll(fd, runs[r].data + at, std::min(kChunkBytes, runs[r].bytes - at));
+      }
+    }
+    if (ok && fdatasync(fd) != 0) ok = false;
+    if (!ok && error.empty()) error = "cannot write " + self->temporary_ + ": " + std::strerror(errno);
+    ::close(fd);
+    runs.clear();  // the weights may go now
+    std::error_code ec;
+    if (ok) {
+      std::filesystem::rename(self->temporary_, self->file_, ec);
+      if (ec) error = "cannot write " + self->file_ + ": " + ec.message();
+    }
+    if (!error.empty()) {
+      std::filesystem::remove(self->temporary_, ec);
+      if (!self->cancel_) std::fprintf(stderr, "torchserve-node: layout file not written: %s\n", error.c_str());
+    }
+    outcome.set_value(error);
+  });
+  return writer;
+}
+
+LayoutWriter::~LayoutWriter() {
+  cancel_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tsn

@@ -1,0 +1,117 @@
+// The native kernels' own layout of the quantized rows they rewrite at load (FamilyRegroups:
+// Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2), kept in a file so that a later load
+// maps it where the rows would otherwise be read into fresh memory and rewritten (an 8B Q8_0
+// load: 2.2-3.5x a cached read of the checkpoint that way, docs/benchmarks.md section 11).
+//
+// One file per checkpoint and kernel family in a directory the operator names
+// (SERVICE_LAYOUT_CACHE), keyed like the load-time check's verdicts: the archive's digest (its
+// zip central directory: every entry's CRC-32 and size), the addon build and the family. The
+// first load writes it on a thread of its own once the runtime is configured; a later load maps
+// it under a read lease (common/MappedFile.h). Each matrix's first, middle and last run is
+// rewritten from the checkpoint and compared with the file's before the file's rows are used, so
+// a file of another layout is set aside, never served. The rest is trusted as the remembered
+// verdicts are: the file is written under a temporary name, synced, then renamed, and a hash of
+// it all would cost a pass over it at every load (the read it replaces). A file that cannot be read,
+// written or kept (the disk short of space) only means the rows are rewritten at load, as
+// without the cache.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/Kernels.h"
+
+namespace tsn {
+
+class MappedFile;
+
+// The layout file's name for `checkpoint` and `family` in `dir`, and the key its header holds
+// ("" where the archive's digest cannot be read: then there is no layout file).
+struct LayoutName {
+  std::string file;
+  std::string key;
+};
+LayoutName LayoutFileName(const std::string& dir, const std::string& checkpoint, const std::string& family);
+
+// A layout file mapped for reading: the rewritten runs in the order the stepper makes them.
+class LayoutSource final : public RegroupCache {
+ public:
+  // The file for (checkpoint, family) in dir, mapped and its header checked; null with `why`
+  // set where there is none yet or it does not match (`why` empty: no directory or digest).
+  static std::shared_ptr<LayoutSource> Open(const std::string& dir, const std::string& checkpoint,
+                                            const std::string& family, std::string* why);
+
+  const uint8_t* Take(size_t bytes, std::shared_ptr<const void>* owner) override;
+  void Made(const uint8_t*, size_t, std::shared_ptr<const void>) override {}
+  void Reject(const std::string& why) override;
+
+  const std::string& file() const { return file_; }
+  const std::string& family() const { return family_; }
+  // Bytes of runs taken, and whether the whole payload was (else the note says so).
+  size_t taken() const { return cursor_; }
+  size_t payload() const { return payload_; }
+  const std::string& rejected() const { return rejected_; }
+
+ private:
+  LayoutSource() = default;
+  std::shared_ptr<MappedFile> map_;
+  std::string file_, family_, rejected_;
+  size_t start_ = 0, payload_ = 0, cursor_ = 0;
+};
+
+// The runs a load rewrote, in order, with what keeps each alive: what a layout file holds.
+class LayoutSink final : public RegroupCache {
+ public:
+  const uint8_t* Take(size_t, std::shared_ptr<const void>*) override { return nullptr; }
+  void Made(const uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) override;
+  void Reject(const std::string&) override {}
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend class LayoutWriter;
+  struct Run {
+    const uint8_t* data;
+    size_t bytes;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<Run> runs_;
+  size_t bytes_ = 0;
+};
+
+// Writes a sink's runs to the layout file on a thread of its own: to a temporary name beside
+// it, synced, then renamed over it, so a reader never maps half a file. It replaces the layout
+// file of the same checkpoint path and family (another archive or build), and leaves the file
+// unwritten where the disk would keep less than 10% (and 1 GiB) free.
+class LayoutWriter {
+ public:
+  // Starts the write; null with `why` set where it is not started (nothing to write, no
+  // directory, too little space, another process writing the same file).
+  static std::unique_ptr<LayoutWriter> Start(const std::string& dir, const std::string& checkpoint,
+                                             const std::string& family, LayoutSink&& sink, std::string* why);
+  ~LayoutWriter();  // cancels a write in progress (its temporary file is removed) and joins
+  LayoutWriter(const LayoutWriter&) = delete;
+  LayoutWriter& operator=(const LayoutWriter&) = delete;
+
+  const std::string& file() const { return file_; }
+  size_t bytes() const { return bytes_; }
+  // The write's outcome ("" written, else why not), once it ends; any thread.
+  std::shared_future<std::string> done() const { return done_; }
+  void Cancel() { cancel_ = true; }
+
+ private:
+  LayoutWriter() = default;
+  std::string file_, temporary_;
+  size_t bytes_ = 0;
+  std::atomic<bool> cancel_{false};
+  std::shared_future<std::string> done_;
+  std::thread thread_;
+};
+
+}  // namespace tsn

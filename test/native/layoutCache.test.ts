@@ -1,0 +1,234 @@
+/**
+ * Layout files (runtime/LayoutCache.h): the quantized rows a kernel family lays out anew at
+ * load (Q8_0 on every SIMD family, Q4_K on avx2) are written by the first load, in the
+ * background, to a file in the `layoutCache` directory, and a later load of the same archive on
+ * the same build and family maps them from it instead of reading and rewriting them. What must
+ * hold: the later load serves the same greedy tokens as a load without the file (the same
+ * kernels read the same bytes, on this machine, so the tokens are equal, not close); a file that
+ * is damaged, cut short or of another archive is never served from; a directory that cannot be
+ * written only costs the file. Two random-weight Llamas, Q8_0 and Q4_K_M, whose MLP matrices are
+ * records of more than 1 MiB (mapped from the checkpoint), on avx2 and on the CPU's own family.
+ */
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writeSync, closeSync, truncateSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { TorchEngine } from "../../src/engine/TorchEngine.js";
+import { loadAddon } from "../../src/native/binding.js";
+import type { KernelFamilyCap, RawLayoutWrite, RawRuntimeChoice } from "../../src/native/types.js";
+import { repoRoot } from "../helpers/fixtures.js";
+
+const addon = loadAddon();
+
+// argv: file, scheme. Width 512, SwiGLU 4096: Q8_0 MLP records 2.2 MB, Q4_K ones 1.2 MB.
+const makeModel = `
+import sys, torch
+sys.path.insert(0, sys.argv[3]); sys.path.insert(0, sys.argv[4])
+import make_bench_models as m
+from torchserve_node import export_gpt
+from torchserve_node.llama import INTERFACE_VERSION, LlamaConfig, quantize_llama
+torch.manual_seed(0)
+model, cfg = m.random_llama(LlamaConfig(vocab_size=4096, block_size=128, n_layer=2, n_head=4, n_kv_head=2, n_embd=512,
+                                        intermediate_size=4096, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False))
+cfg = dict(cfg, format="torchserve-node/causal-lm", interface_version=INTERFACE_VERSION, tokenizer=m.BYTE_TOKENIZER)
+quantize_llama(model.float().eval(), sys.argv[2])
+export_gpt.save_module(model, sys.argv[1], dict(cfg, dtype="float32", quantization=sys.argv[2]))
+`;
+
+interface Served {
+  choice: RawRuntimeChoice;
+  tokens: number[];
+  written: RawLayoutWrite | null;
+  runtimeBytes: number;
+}
+
+/** Loads `file`, configures the native runtime on `kernels`, takes 12 greedy tokens, and waits for any layout write. */
+async function serve(file: string, kernels: KernelFamilyCap, layoutCache: string | undefined, dispose = true): Promise<Served> {
+  const model = await addon.loadLanguageModel(file, {
+    device: "cpu",
+    extraFiles: ["config.json"],
+    threads: 2,
+    kernels,
+    ...(layoutCache === undefined ? {} : { layoutCache }),
+  });
+  try {
+    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+    const choice = await model.configure({
+      contextLength: 64,
+      eosTokenIds: [],
+      runtime: "native",
+      architecture: String(config.architecture),
+      dtype: "float32",
+      modelConfig: config,
+      kernels,
+      releaseModuleWeights: true,
+    });
+    const [out] = await model.generate(
+      [{ tokens: Int32Array.from([1, 2, 3, 4]), maxNewTokens: 12, sampling: { temperature: 0, topK: 0, seed: -1 } }],
+      null,
+    ).result;
+    const { runtime } = await model.weightBytes();
+    const written = await model.layoutWritten();
+    return { choice, tokens: Array.from(out!), written, runtimeBytes: runtime };
+  } finally {
+    if (dispose) await model.dispose();
+  }
+}
+
+const layoutFiles = (dir: string): string[] => (existsSync(dir) ? readdirSync(dir).filter((name) => name.startsWith("layout-")) : []);
+
+describe("layout files: the rows a kernel family lays out anew, written once and mapped by later loads", function () {
+  this.timeout(300000);
+  const dir = mkdtempSync(join(tmpdir(), "tsn-layout-"));
+  const files: Record<string, string> = {};
+
+  before(function () {
+    for (const scheme of ["q8_0", "q4_k_m"]) {
+      files[scheme] = join(dir, `${scheme}.pt`);
+      const run = spawnSync("/usr/bin/python3", ["-c", makeModel, files[scheme]!, scheme, join(repoRoot, "scripts", "bench"), join(repoRoot, "python")], {
+        encoding: "utf8",
+      });
+      expect(run.status, run.stderr).to.equal(0);
+    }
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  for (const scheme of ["q8_0", "q4_k_m"]) {
+    for (const kernels of ["avx2", "auto"] as const satisfies readonly KernelFamilyCap[]) {
+      it(`${scheme}, kernels ${kernels}: the first load writes the file, a later one maps it and serves the same tokens`, async () => {
+        const cache = mkdtempSync(join(dir, "cache-"));
+        const plain = await serve(files[scheme]!, kernels, undefined);
+        expect(plain.written).to.equal(null);
+        const first = await serve(files[scheme]!, kernels, cache);
+        const family = first.choice.kernels;
+        // The families that lay these rows out anew (FamilyRegroups): Q8_0 on every SIMD one, Q4_K on avx2.
+        const rewrites = scheme === "q8_0" || family === "avx2";
+        if (!rewrites) {
+          expect(first.written).to.equal(null);
+          expect(first.choice.note).to.not.include("layout");
+          expect(layoutFiles(cache)).to.deep.equal([]);
+          expect(first.tokens).to.deep.equal(plain.tokens);
+          return;
+        }
+        expect(first.choice.note).to.match(new RegExp(`writing the ${family} kernels' layout of those rows to .*layout-[0-9a-f]{40}\\.bin for later loads`));
+        expect(first.written).to.not.equal(null);
+        const { file, bytes, error } = first.written!;
+        expect(error).to.equal("");
+        expect(statSync(file).size).to.equal(bytes + 4096);
+        expect(layoutFiles(cache)).to.deep.equal([file.split("/").pop()]);
+        expect(first.tokens).to.deep.equal(plain.tokens);
+
+        const later = await serve(files[scheme]!, kernels, cache);
+        expect(later.choice.note).to.include(`rows laid out for the ${family} kernels mapped from ${file}`);
+        expect(later.choice.note).to.include("weights read in place from the checkpoint");
+        expect(later.choice.note).to.not.include("read into memory");
+        expect(later.written).to.equal(null);
+        expect(later.tokens).to.deep.equal(plain.tokens);
+        expect(later.runtimeBytes).to.equal(plain.runtimeBytes);
+      });
+    }
+  }
+
+  it("through TorchEngine (the server's path): layoutWritten() resolves once written, and the next load's note says it was mapped", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const options = { threads: 2, kernels: "avx2", runtime: "native", layoutCache: cache } as const;
+    const first = await TorchEngine.load(files["q8_0"]!, options);
+    let file: string;
+    try {
+      const written = await first.layoutWritten();
+      expect(written?.error).to.equal("");
+      file = written!.file;
+    } finally {
+      await first.dispose();
+    }
+    const later = await TorchEngine.load(files["q8_0"]!, options);
+    try {
+      expect(later.runtimeNote).to.include(`mapped from ${file}`);
+      expect(await later.layoutWritten()).to.equal(null);
+      const [text] = await later.generateBatch([{ prompt: "ab", maxNewTokens: 4, temperature: 0, topK: null }]);
+      expect(text).to.be.a("string");
+    } finally {
+      await later.dispose();
+    }
+  });
+
+  it("a damaged file is set aside and removed, the rows rewritten, and the next load writes it anew", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const plain = await serve(files["q8_0"]!, "avx2", undefined);
+    const { file, bytes } = (await serve(files["q8_0"]!, "avx2", cache)).written!;
+    // The first matrix's first run: 64 KiB of zeros over it.
+    const fd = openSync(file, "r+");
+    writeSync(fd, Buffer.alloc(65536), 0, 65536, 4096);
+    closeSync(fd);
+    const damaged = await serve(files["q8_0"]!, "avx2", cache);
+    expect(damaged.choice.note).to.include(`layout file ${file} set aside (a `);
+    expect(damaged.choice.note).to.include("runs differ from its rows' rewrite), removed; rows rewritten at load");
+    expect(damaged.tokens).to.deep.equal(plain.tokens);
+    expect(existsSync(file)).to.equal(false);
+    const again = await serve(files["q8_0"]!, "avx2", cache);
+    expect(again.written?.error).to.equal("");
+    expect(statSync(file).size).to.equal(bytes + 4096);
+    expect((await serve(files["q8_0"]!, "avx2", cache)).choice.note).to.include(`mapped from ${file}`);
+  });
+
+  it("a file cut short is not mapped: the load rewrites the rows and writes it whole again", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const plain = await serve(files["q4_k_m"]!, "avx2", undefined);
+    const { file, bytes } = (await serve(files["q4_k_m"]!, "avx2", cache)).written!;
+    truncateSync(file, 4096 + bytes / 2);
+    const cut = await serve(files["q4_k_m"]!, "avx2", cache);
+    expect(cut.choice.note).to.include(`writing the avx2 kernels' layout of those rows to ${file}`);
+    expect(cut.tokens).to.deep.equal(plain.tokens);
+    expect(cut.written?.error).to.equal("");
+    expect(statSync(file).size).to.equal(bytes + 4096);
+  });
+
+  it("another archive at the same path gets its own file, which replaces the old one", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const served = join(dir, "served.pt");
+    copyFileSync(files["q8_0"]!, served);
+    const old = (await serve(served, "avx2", cache)).written!.file;
+    rmSync(served);
+    copyFileSync(files["q4_k_m"]!, served);
+    const plain = await serve(files["q4_k_m"]!, "avx2", undefined);
+    const next = await serve(served, "avx2", cache);
+    expect(next.choice.note).to.include("writing the avx2 kernels' layout");
+    expect(next.written!.file).to.not.equal(old);
+    expect(next.tokens).to.deep.equal(plain.tokens);
+    expect(layoutFiles(cache)).to.deep.equal([next.written!.file.split("/").pop()]);
+  });
+
+  it("a directory that cannot be made costs only the file", async () => {
+    const blocker = join(dir, "not-a-directory");
+    writeFileSync(blocker, "");
+    const plain = await serve(files["q8_0"]!, "avx2", undefined);
+    const served = await serve(files["q8_0"]!, "avx2", join(blocker, "layouts"));
+    expect(served.choice.note).to.include(`layout file not written: cannot create ${join(blocker, "layouts")}`);
+    expect(served.written).to.equal(null);
+    expect(served.tokens).to.deep.equal(plain.tokens);
+  });
+
+  it("disposing the model while it writes leaves no partial file behind", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const model = await addon.loadLanguageModel(files["q8_0"]!, { device: "cpu", extraFiles: ["config.json"], threads: 2, kernels: "avx2", layoutCache: cache });
+    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+    const choice = await model.configure({
+      contextLength: 64, eosTokenIds: [], runtime: "native", architecture: String(config.architecture), dtype: "float32",
+      modelConfig: config, kernels: "avx2", releaseModuleWeights: true,
+    });
+    expect(choice.note).to.include("writing the avx2 kernels' layout");
+    const written = model.layoutWritten();
+    await model.dispose();
+    const outcome = (await written)!;
+    // Either it was written whole before the dispose reached it, or cancelled and removed.
+    if (outcome.error === "") {
+      expect(statSync(outcome.file).size).to.equal(outcome.bytes + 4096);
+    } else {
+      expect(outcome.error).to.include("cancelled");
+      expect(existsSync(outcome.file)).to.equal(false);
+    }
+    expect(layoutFiles(cache).filter((name) => name.endsWith(".tmp"))).to.deep.equal([]);
+  });
+});
