@@ -40,6 +40,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
       const std::string owned = OwnWeights(choice.kernels);
       if (!owned.empty()) choice.note += "; " + owned;
     }
+    loaded_.layout.reset();  // unused where the native runtime did not take the weights over
     if (!loaded_.weightsNote.empty()) choice.note += (choice.note.empty() ? "" : "; ") + loaded_.weightsNote;
     // Freed weights and the load-time check's temporaries below glibc's mmap threshold sit
     // in the heap; hand the free pages back so resident memory shows what is held.
