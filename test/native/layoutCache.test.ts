@@ -17,7 +17,7 @@ import { join } from "node:path";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { loadAddon } from "../../src/native/binding.js";
-import type { KernelFamilyCap, RawLayoutWrite, RawRuntimeChoice } from "../../src/native/types.js";
+import type { KernelFamilyCap, RawLanguageModel, RawLayoutWrite, RawRuntimeChoice } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
 
 const addon = loadAddon();
@@ -44,6 +44,15 @@ interface Served {
   runtimeBytes: number;
 }
 
+/** Configures the native runtime as TorchEngine does (the module's weights released, so the stepper takes its rows over). */
+function configureNative(model: RawLanguageModel, kernels: KernelFamilyCap): Promise<RawRuntimeChoice> {
+  const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
+  return model.configure({
+    contextLength: 64, eosTokenIds: [], runtime: "native", architecture: String(config.architecture), dtype: "float32",
+    modelConfig: config, kernels, releaseModuleWeights: true,
+  });
+}
+
 /** Loads `file`, configures the native runtime on `kernels`, takes 12 greedy tokens, and waits for any layout write. */
 async function serve(file: string, kernels: KernelFamilyCap, layoutCache: string | undefined, dispose = true): Promise<Served> {
   const model = await addon.loadLanguageModel(file, {
@@ -54,17 +63,7 @@ async function serve(file: string, kernels: KernelFamilyCap, layoutCache: string
     ...(layoutCache === undefined ? {} : { layoutCache }),
   });
   try {
-    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
-    const choice = await model.configure({
-      contextLength: 64,
-      eosTokenIds: [],
-      runtime: "native",
-      architecture: String(config.architecture),
-      dtype: "float32",
-      modelConfig: config,
-      kernels,
-      releaseModuleWeights: true,
-    });
+    const choice = await configureNative(model, kernels);
     const [out] = await model.generate(
       [{ tokens: Int32Array.from([1, 2, 3, 4]), maxNewTokens: 12, sampling: { temperature: 0, topK: 0, seed: -1 } }],
       null,
@@ -220,11 +219,7 @@ describe("layout files: the rows a kernel family lays out anew, written once and
   it("disposing the model while it writes leaves no partial file behind", async () => {
     const cache = mkdtempSync(join(dir, "cache-"));
     const model = await addon.loadLanguageModel(files["q8_0"]!, { device: "cpu", extraFiles: ["config.json"], threads: 2, kernels: "avx2", layoutCache: cache });
-    const config = JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>;
-    const choice = await model.configure({
-      contextLength: 64, eosTokenIds: [], runtime: "native", architecture: String(config.architecture), dtype: "float32",
-      modelConfig: config, kernels: "avx2", releaseModuleWeights: true,
-    });
+    const choice = await configureNative(model, "avx2");
     expect(choice.note).to.include("writing the avx2 kernels' layout");
     const written = model.layoutWritten();
     await model.dispose();
