@@ -224,7 +224,8 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
                            const std::string& kernelsCap, const std::string& layoutDir) {
   LoadedModel loaded;
   loaded.path = path;
-  loaded.layoutDir = layoutDir;
+  // Layout files are mapped too: with mapping off (SERVICE_MMAP=off) none is read or written.
+  loaded.layoutDir = mapWeights ? layoutDir : "";
   loaded.device = ResolveDevice(deviceName);
 
   std::error_code ec;
@@ -252,7 +253,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       // Only where the records can be mapped: read into memory, the rows cost the same whether
       // rewritten or replaced by the file's.
       std::string noLayout;  // why there is none (the first load writes one, ModelCore::OwnWeights)
-      if (file) loaded.layout = LayoutSource::Open(layoutDir, path, family.name, &noLayout);
+      if (file) loaded.layout = LayoutSource::Open(loaded.layoutDir, path, family.name, &noLayout);
       const size_t mapped = file ? reader->PointAtMapping(*loaded.module, file, family, loaded.layout != nullptr,
                                                           static_cast<int>(LoadThreads()), &laidOut)
                                  : 0;

@@ -25,7 +25,8 @@ struct LoadedModel {
   std::string weightsNote;
   // The kernels' layout of the rows the family rewrites, from a layout file an earlier load
   // wrote (runtime/LayoutCache.h), where one was found for this archive, build and family; those
-  // rows' records are then mapped, not read. `layoutDir`: where to look, and write one.
+  // rows' records are then mapped, not read. `layoutDir`: where to look, and write one (none
+  // with mapping off).
   std::shared_ptr<LayoutSource> layout;
   std::string layoutDir;
 };

@@ -37,9 +37,11 @@ import time
 def _openblas_core_for_amx_cpus():
     """Debian bookworm's OpenBLAS (0.3.21) picks its Sapphire Rapids kernels on CPUs with AMX,
     and on one thread (OMP_NUM_THREADS=1) torch.linalg.cholesky's small products in them crash
-    (SIGSEGV in fit_ease, Xeon family 6 model 207). Its Skylake-X kernels run the same AVX-512
-    float32 code without it. Set before numpy or torch loads OpenBLAS; a choice already made in
-    OPENBLAS_CORETYPE is kept."""
+    (SIGSEGV in fit_ease, Xeon family 6 model 207). On a Xeon of that class whose AMX the host
+    hides (AVX512_FP16, no amx_tile) it knows no core and falls back to its Prescott (SSE3)
+    kernels, whose strsm crashes the same way (a general protection fault, every run). Its
+    Skylake-X kernels run the same AVX-512 float32 code without either. Set before numpy or torch
+    loads OpenBLAS; a choice already made in OPENBLAS_CORETYPE is kept."""
     if "OPENBLAS_CORETYPE" in os.environ:
         return
     try:
@@ -47,7 +49,7 @@ def _openblas_core_for_amx_cpus():
             flags = next((line for line in f if line.startswith("flags")), "").split()
     except OSError:
         return
-    if "amx_tile" in flags:
+    if "amx_tile" in flags or ("avx512_fp16" in flags and "avx512f" in flags):
         os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
 
 

@@ -206,6 +206,21 @@ describe("layout files: the rows a kernel family lays out anew, written once and
     expect(layoutFiles(cache)).to.deep.equal([next.written!.file.split("/").pop()]);
   });
 
+  it("with mapping off no layout file is read or written", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    await serve(files["q8_0"]!, "avx2", cache); // writes one
+    const model = await addon.loadLanguageModel(files["q8_0"]!, { device: "cpu", extraFiles: ["config.json"], threads: 2, kernels: "avx2", mapWeights: false, layoutCache: cache });
+    try {
+      const choice = await configureNative(model, "avx2");
+      expect(choice.note).to.not.include("layout");
+      expect(choice.note).to.include("weights read into memory (mapping off)");
+      expect(await model.layoutWritten()).to.equal(null);
+    } finally {
+      await model.dispose();
+    }
+    expect(layoutFiles(cache)).to.have.length(1);
+  });
+
   it("a directory that cannot be made costs only the file", async () => {
     const blocker = join(dir, "not-a-directory");
     writeFileSync(blocker, "");
