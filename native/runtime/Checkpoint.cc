@@ -26,6 +26,7 @@
 #include "common/Parallel.h"
 #include "kernels/Kernels.h"
 #include "runtime/LayoutCache.h"
+#include "runtime/LoadCheckCache.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -224,9 +225,9 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
                            const std::string& kernelsCap, const std::string& layoutDir) {
   LoadedModel loaded;
   loaded.path = path;
-  // Layout files are mapped too: with mapping off (SERVICE_MMAP=off) none is read or written.
-  loaded.layoutDir = mapWeights ? layoutDir : "";
   loaded.device = ResolveDevice(deviceName);
+  // Layout files are mapped too: with mapping off (SERVICE_MMAP=off) none is read or written.
+  if (mapWeights && loaded.device.is_cpu()) loaded.layoutDir = layoutDir;
 
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -252,8 +253,14 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       const KernelSet& family = Family(kernelsCap);
       // Only where the records can be mapped: read into memory, the rows cost the same whether
       // rewritten or replaced by the file's.
+      if (!loaded.layoutDir.empty()) {
+        loaded.layoutDigest = ArchiveDigest(path);
+        if (loaded.layoutDigest.empty()) loaded.layoutDir.clear();
+      }
       std::string noLayout;  // why there is none (the first load writes one, ModelCore::OwnWeights)
-      if (file) loaded.layout = LayoutSource::Open(loaded.layoutDir, path, family.name, &noLayout);
+      if (file && !loaded.layoutDir.empty()) {
+        loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, family.name, &noLayout);
+      }
       const size_t mapped = file ? reader->PointAtMapping(*loaded.module, file, family, loaded.layout != nullptr,
                                                           static_cast<int>(LoadThreads()), &laidOut)
                                  : 0;

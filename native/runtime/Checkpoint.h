@@ -26,9 +26,10 @@ struct LoadedModel {
   // The kernels' layout of the rows the family rewrites, from a layout file an earlier load
   // wrote (runtime/LayoutCache.h), where one was found for this archive, build and family; those
   // rows' records are then mapped, not read. `layoutDir`: where to look, and write one (none
-  // with mapping off).
+  // with mapping off, on a GPU, or where the archive's digest cannot be read); `layoutDigest`:
+  // the archive's (ArchiveDigest), taken as it was loaded.
   std::shared_ptr<LayoutSource> layout;
-  std::string layoutDir;
+  std::string layoutDir, layoutDigest;
 };
 
 // The extra file a language model's export writes the load-time check's reference logits to

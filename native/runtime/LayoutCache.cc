@@ -15,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
@@ -119,21 +118,17 @@ pid_t Tidy(const std::string& dir, const std::string& file, const Header& mine) 
 
 }  // namespace
 
-LayoutName LayoutFileName(const std::string& dir, const std::string& checkpoint, const std::string& family) {
-  if (dir.empty()) return {};
-  const std::string digest = ArchiveDigest(checkpoint);
-  if (digest.empty()) return {};
+LayoutName LayoutFileName(const std::string& dir, const std::string& digest, const std::string& family) {
   LayoutName name;
   name.key = digest + " | " + AddonIdentity() + " | " + family;
   name.file = (std::filesystem::path(dir) / ("layout-" + c10::sha1(name.key).str() + ".bin")).string();
   return name;
 }
 
-std::shared_ptr<LayoutSource> LayoutSource::Open(const std::string& dir, const std::string& checkpoint,
+std::shared_ptr<LayoutSource> LayoutSource::Open(const std::string& dir, const std::string& digest,
                                                  const std::string& family, std::string* why) {
   why->clear();
-  const LayoutName name = LayoutFileName(dir, checkpoint, family);
-  if (name.file.empty()) return nullptr;
+  const LayoutName name = LayoutFileName(dir, digest, family);
   std::error_code ec;
   if (!std::filesystem::exists(name.file, ec)) {
     *why = "no layout file yet for this archive, build and kernel family";
@@ -159,21 +154,18 @@ std::shared_ptr<LayoutSource> LayoutSource::Open(const std::string& dir, const s
   source->map_ = std::move(map);
   source->file_ = name.file;
   source->family_ = family;
-  source->start_ = kHeaderBytes;
   source->payload_ = header.payload;
   source->map_->Use(kHeaderBytes, header.payload);
-  // Mapped in on the load's threads (from the page cache, or the disk), so that the first
-  // requests do not fault the weights in a page at a time.
-  const size_t threads = static_cast<size_t>(std::max<int64_t>(1, LoadThreads()));
-  const size_t slice = (header.payload / threads + 4095) / 4096 * 4096;
-  std::vector<std::thread> team;
-  for (size_t t = 0; t < threads && t * slice < header.payload; ++t) {
-    team.emplace_back([&, t] {
-      source->map_->Populate(kHeaderBytes + t * slice, std::min(slice, header.payload - t * slice));
-    });
-  }
-  for (auto& thread : team) thread.join();
-  // Touched now, so a cache pruned by age keeps the files in use.
+  // Mapped in on the load's threads (from the page cache, or the disk), 2 MiB at a time, so
+  // that the first requests do not fault the weights in a page at a time.
+  constexpr size_t kSlice = size_t{2} << 20;
+  const MappedFile& mapped = *source->map_;
+  SplitAcrossThreads(static_cast<int64_t>((header.payload + kSlice - 1) / kSlice), header.payload,
+                     [&](int64_t begin, int64_t end) {
+                       const size_t from = static_cast<size_t>(begin) * kSlice;
+                       mapped.Populate(kHeaderBytes + from, std::min(static_cast<size_t>(end) * kSlice, header.payload) - from);
+                     });
+  // Touched now, so that an operator who prunes the directory by age keeps the files in use.
   std::filesystem::last_write_time(name.file, std::filesystem::file_time_type::clock::now(), ec);
   return source;
 }
@@ -183,7 +175,7 @@ const uint8_t* LayoutSource::Take(size_t bytes, std::shared_ptr<const void>* own
     if (rejected_.empty()) rejected_ = "it holds fewer runs than this load makes";
     return nullptr;
   }
-  const uint8_t* at = map_->data() + start_ + cursor_;
+  const uint8_t* at = map_->data() + kHeaderBytes + cursor_;
   cursor_ += bytes;
   *owner = map_;
   return at;
@@ -198,12 +190,12 @@ void LayoutSink::Made(const uint8_t* data, size_t bytes, std::shared_ptr<const v
   bytes_ += bytes;
 }
 
-std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const std::string& checkpoint,
-                                                  const std::string& family, LayoutSink&& sink, std::string* why) {
+std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const std::string& digest,
+                                                  const std::string& checkpoint, const std::string& family,
+                                                  LayoutSink&& sink, std::string* why) {
   why->clear();
   if (sink.bytes() == 0) return nullptr;
-  const LayoutName name = LayoutFileName(dir, checkpoint, family);
-  if (name.file.empty()) return nullptr;
+  const LayoutName name = LayoutFileName(dir, digest, family);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {

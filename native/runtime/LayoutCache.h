@@ -32,20 +32,21 @@ namespace tsn {
 
 class MappedFile;
 
-// The layout file's name for `checkpoint` and `family` in `dir`, and the key its header holds
-// ("" where the archive's digest cannot be read: then there is no layout file).
+// The layout file's name in `dir` for the archive of `digest` (ArchiveDigest, taken once at
+// load, so that the file is named for the archive that was read) and `family`, and the key its
+// header holds. Reads nothing.
 struct LayoutName {
   std::string file;
   std::string key;
 };
-LayoutName LayoutFileName(const std::string& dir, const std::string& checkpoint, const std::string& family);
+LayoutName LayoutFileName(const std::string& dir, const std::string& digest, const std::string& family);
 
 // A layout file mapped for reading: the rewritten runs in the order the stepper makes them.
 class LayoutSource final : public RegroupCache {
  public:
-  // The file for (checkpoint, family) in dir, mapped and its header checked; null with `why`
-  // set where there is none yet or it does not match (`why` empty: no directory or digest).
-  static std::shared_ptr<LayoutSource> Open(const std::string& dir, const std::string& checkpoint,
+  // The file for (digest, family) in dir, mapped and its header checked; null with `why` set
+  // where there is none yet or it does not match.
+  static std::shared_ptr<LayoutSource> Open(const std::string& dir, const std::string& digest,
                                             const std::string& family, std::string* why);
 
   const uint8_t* Take(size_t bytes, std::shared_ptr<const void>* owner) override;
@@ -63,7 +64,7 @@ class LayoutSource final : public RegroupCache {
   LayoutSource() = default;
   std::shared_ptr<MappedFile> map_;
   std::string file_, family_, rejected_;
-  size_t start_ = 0, payload_ = 0, cursor_ = 0;
+  size_t payload_ = 0, cursor_ = 0;
 };
 
 // The runs a load rewrote, in order, with what keeps each alive: what a layout file holds.
@@ -91,10 +92,12 @@ class LayoutSink final : public RegroupCache {
 // unwritten where the disk would keep less than 10% (and 1 GiB) free.
 class LayoutWriter {
  public:
-  // Starts the write; null with `why` set where it is not started (nothing to write, no
-  // directory, too little space, another process writing the same file).
-  static std::unique_ptr<LayoutWriter> Start(const std::string& dir, const std::string& checkpoint,
-                                             const std::string& family, LayoutSink&& sink, std::string* why);
+  // Starts the write of the layout for the archive of `digest` read from `checkpoint`; null with
+  // `why` set where it is not started (nothing to write, a directory that cannot be made, too
+  // little space, another process writing the same file).
+  static std::unique_ptr<LayoutWriter> Start(const std::string& dir, const std::string& digest,
+                                             const std::string& checkpoint, const std::string& family,
+                                             LayoutSink&& sink, std::string* why);
   ~LayoutWriter();  // cancels a write in progress (its temporary file is removed) and joins
   LayoutWriter(const LayoutWriter&) = delete;
   LayoutWriter& operator=(const LayoutWriter&) = delete;

@@ -98,7 +98,7 @@ std::string ModelCore::OwnWeights(const std::string& family) {
     }
   } else if (sink.bytes() > 0) {
     std::string why;
-    std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.path, family, std::move(sink), &why);
+    std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.layoutDigest, loaded_.path, family, std::move(sink), &why);
     if (writer) {
       layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() + " for later loads";
       std::lock_guard<std::mutex> lock(layoutMutex_);
