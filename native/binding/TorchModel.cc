@@ -400,6 +400,7 @@ class LayoutWaitWorker final : public Napi::AsyncWorker {
     out.Set("file", write_.file);
     out.Set("bytes", Napi::Number::New(env, static_cast<double>(write_.bytes)));
     out.Set("error", error_);
+    out.Set("adopted", Napi::Boolean::New(env, write_.adopted && write_.adopted->load()));
     deferred_.Resolve(out);
   }
 

@@ -380,11 +380,12 @@ int PackedLinear::Interleave(WeightType type, RegroupCache* cache) {
   if (!quantized() || groupsOf_[static_cast<int>(type)] > 0) return 0;
   const int groups = Regroup(
       type, kQ4KGroupRows, 1,
-      [this, type](const uint8_t* from, uint8_t* to) {
+      // By value, not `this`: a deferred run is rewritten on the layout writer's thread.
+      [k = k_, type](const uint8_t* from, uint8_t* to) {
         if (type == WeightType::Q4_K) {
-          InterleaveQ4KRows(from, to, k_ / 256);
+          InterleaveQ4KRows(from, to, k / 256);
         } else {
-          InterleaveBlock32Rows(type, from, to, k_ / 32);
+          InterleaveBlock32Rows(type, from, to, k / 32);
         }
       },
       cache);
@@ -396,7 +397,7 @@ int PackedLinear::Interleave(WeightType type, RegroupCache* cache) {
 int PackedLinear::TileQ8_0(RegroupCache* cache) {
   if (!quantized() || tiles_ > 0) return 0;
   tiles_ = Regroup(
-      WeightType::Q8_0, kQ8_0TileRows, 2, [this](const uint8_t* from, uint8_t* to) { TileQ8_0Rows(from, to, k_ / 32); },
+      WeightType::Q8_0, kQ8_0TileRows, 2, [k = k_](const uint8_t* from, uint8_t* to) { TileQ8_0Rows(from, to, k / 32); },
       cache);
   return tiles_;
 }
@@ -430,16 +431,19 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
     for (int j = 0; j < width && fits; ++j) {
       fits = rowTypes_[c + j] == type && rows_[c + j] == rows_[c] + rowBytes * j && grouped_[c + j] == 0;
     }
-    if (!fits) continue;
-    starts.push_back(c);
-    std::fill(grouped_.begin() + c, grouped_.begin() + c + width, mark);
-    rowsOf_[static_cast<int>(type)] -= width;
+    if (fits) starts.push_back(c);
   }
   if (starts.empty()) return 0;
   const size_t groupBytes = static_cast<size_t>(width) * rowBytes;
   std::vector<const uint8_t*> sources;
   for (int c : starts) sources.push_back(rows_[c]);
+  // The runs marked as regrouped; then (repoint) their rows read from `block` on.
+  const auto claim = [&] {
+    for (int c : starts) std::fill(grouped_.begin() + c, grouped_.begin() + c + width, mark);
+    rowsOf_[static_cast<int>(type)] -= width * static_cast<int>(starts.size());
+  };
   const auto repoint = [&](const uint8_t* block) {
+    claim();
     for (size_t i = 0; i < starts.size(); ++i) {
       for (int j = 0; j < width; ++j) rows_[starts[i] + j] = block + i * groupBytes + j * rowBytes;
     }
@@ -462,6 +466,8 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
       return static_cast<int>(starts.size());
     }
     cache->Reject("a " + std::to_string(n_) + "x" + std::to_string(k_) + " matrix's runs differ from its rows' rewrite");
+  } else if (cache && cache->Defer(sources, groupBytes, RewriteRun(rewrite), owner_)) {
+    return 0;
   }
   if (!InMappedFile(sources[0])) {
     // Each group rewrites its own rows in place, so a large matrix's groups go to several
@@ -472,31 +478,20 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
         rewrite(rows, rows);
       }
     });
-    if (cache) {
-      // Runs that follow each other in memory go as one (a whole matrix, as a rule).
-      for (size_t i = 0; i < starts.size();) {
-        size_t j = i + 1;
-        while (j < starts.size() && sources[j] == sources[i] + (j - i) * groupBytes) ++j;
-        cache->Made(sources[i], (j - i) * groupBytes, owner_);
-        i = j;
-      }
-    }
+    claim();
     return static_cast<int>(starts.size());
   }
-  // Rows in a mapping of the checkpoint (a type the load did not expect this family to rewrite,
-  // or one it expected a layout file to hold): read where they lie and written in the new layout
-  // into fresh memory, one pass. A write in the mapping would copy each 4 KiB page on its first
-  // store (1B Q8_0: 1.1-1.4 s in place), and would race a lease break's copy. The load reads rows
-  // it expects to be rewritten into memory: the fresh pages cost the same either way (3B Q8_0,
-  // avx2: archive and release 1.39-1.42 s mapped, 1.24-1.55 s read into memory; the kernel's
-  // page clearing was 27% of a profile of the load).
+  // Rows in a mapping of the checkpoint that no layout file holds or will hold (a type the load
+  // did not expect this family to rewrite, a layout file set aside, or none to be written): read
+  // where they lie and written in the new layout into fresh memory, one pass. A write in the
+  // mapping would copy each 4 KiB page on its first store (1B Q8_0: 1.1-1.4 s in place), and
+  // would race a lease break's copy.
   std::shared_ptr<uint8_t> block(static_cast<uint8_t*>(AllocateAligned(starts.size() * groupBytes, true)), std::free);
   SplitAcrossThreads(static_cast<int64_t>(starts.size()), starts.size() * groupBytes, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) rewrite(sources[i], block.get() + i * groupBytes);
   });
   ForgetRuns(sources, groupBytes);
   repoint(block.get());
-  if (cache) cache->Made(block.get(), starts.size() * groupBytes, block);
   regrouped_.push_back(std::move(block));
   return static_cast<int>(starts.size());
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,16 +50,26 @@ inline bool IsBlock32(WeightType t) { return t == WeightType::Q8_0 || t == Weigh
 // The quantized types (GGUF rows read in place), as against the packed float ones.
 inline bool IsQuantized(WeightType t) { return IsBlock32(t) || t == WeightType::Q4_K || t == WeightType::Q6_K; }
 
+// Rewrites one run of rows (a group, or a tile panel) from their GGUF layout to the kernels'.
+using RewriteRun = std::function<void(const uint8_t* from, uint8_t* to)>;
+
 // Where PackedLinear's regrouped runs come from or go (runtime/LayoutCache.h): a layout made by
-// an earlier load, or a record of the runs this load makes, for the next one.
+// an earlier load, or the runs this load leaves for a layout file to be written, for this
+// process to take back once written and for the next load.
 class RegroupCache {
  public:
   virtual ~RegroupCache() = default;
   // The next `bytes` of a layout made earlier (owner keeps them alive), or null: the rows are
-  // rewritten here.
+  // rewritten here (or deferred).
   virtual const uint8_t* Take(size_t bytes, std::shared_ptr<const void>* owner) = 0;
-  // A run of `bytes` was rewritten here, alive while `owner` is.
-  virtual void Made(const uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) = 0;
+  // Runs the cache will lay out itself, later: each of `sources` rewritten by `rewrite` into
+  // `groupBytes`, the rows alive while `owner` is. True where it takes them: the rows then stay
+  // as they lie, ungrouped, until a later call with a cache that has them (Take). False: they are
+  // rewritten now.
+  virtual bool Defer(std::vector<const uint8_t*> /*sources*/, size_t /*groupBytes*/, RewriteRun /*rewrite*/,
+                     std::shared_ptr<const void> /*owner*/) {
+    return false;
+  }
   // What Take gave does not match the rows: nothing more is taken from it.
   virtual void Reject(const std::string& why) = 0;
 };
@@ -107,8 +118,9 @@ class PackedLinear {
   // interleaved row throws (a table looked up by rows is not interleaved). Returns the number
   // of groups made. Every family's products read both layouts.
   // With a `cache`, the runs are taken from a layout an earlier load made where it has them (each
-  // call's first, middle and last run compared with a rewrite of the rows first), else made here and
-  // handed to it; the same holds for the calls below.
+  // call's first, middle and last run compared with a rewrite of the rows first), else left to it
+  // where it defers them (RegroupCache::Defer: 0 groups made, the rows as they lie), else made
+  // here; the same holds for the calls below.
   int InterleaveQ4K(RegroupCache* cache = nullptr);
   // The same for the Q4_0 and Q5_0 rows (InterleaveBlock32Rows).
   int InterleaveBlock32(RegroupCache* cache = nullptr);
@@ -159,7 +171,7 @@ class PackedLinear {
   // are consecutive in memory and in no group yet), each run rewritten by `rewrite` and marked
   // `mark` in grouped_ (1 a group, 2 a tile panel): in place, or where the rows lie in a mapping
   // of the checkpoint (common/MappedFile.h) in a block of its own, the rows' pages then given
-  // back; or taken from `cache` (see InterleaveQ4K). Returns the runs made.
+  // back; or taken from `cache`, or deferred to it (see InterleaveQ4K). Returns the runs made.
   template <typename Rewrite>
   int Regroup(WeightType type, int width, uint8_t mark, Rewrite rewrite, RegroupCache* cache);
 };

@@ -72,11 +72,14 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
   // is freed; then maps in those pages on up to `threads` threads. A record whose block no
   // tensor of the module holds (or not 64-byte aligned in the file, as the kernels expect) stays
   // deferred for FillDeferred, as do the rows of a quantized matrix `family` rewrites into a
-  // layout of its own (FamilyRegroups: a rewrite of mapped rows would cost a fresh page each).
-  // `laidOutInFile`: a layout file holds those rows, so they too are mapped (and never read).
-  // Returns the bytes pointed at the mapping; `laidOut`: the records left for that reason.
+  // layout of its own (FamilyRegroups: a rewrite of mapped rows would cost a fresh page each),
+  // unless `layout` says a layout file holds them or will (runtime/LayoutCache.h): then they are
+  // mapped too, and mapped in only where the file is yet to be written (they are served as they
+  // lie until then, and the file is written from them). Returns the bytes pointed at the mapping;
+  // `laidOut`: the records left for FillDeferred because the family rewrites them.
+  enum class Layout { kNone, kToWrite, kInFile };
   size_t PointAtMapping(const torch::jit::Module& module, const std::shared_ptr<MappedFile>& file,
-                        const KernelSet& family, bool laidOutInFile, int threads, size_t* laidOut) {
+                        const KernelSet& family, Layout layout, int threads, size_t* laidOut) {
     std::set<const void*> rewritten;
     for (const auto& sub : module.modules()) {
       if (!sub.hasattr("qtype") || !sub.hasattr("qweight")) continue;
@@ -106,8 +109,8 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
       const auto found = storages.find(d.buf);
       // With a layout file they are mapped, not populated: nothing reads them but the layout's
       // check (a few runs a matrix).
-      const bool inLayout = laidOutInFile && rewritten.count(d.buf) > 0;
-      const bool laidOutAnew = !laidOutInFile && rewritten.count(d.buf) > 0;
+      const bool inLayout = layout == Layout::kInFile && rewritten.count(d.buf) > 0;
+      const bool laidOutAnew = layout == Layout::kNone && rewritten.count(d.buf) > 0;
       if (laidOutAnew || found == storages.end() || found->second->nbytes() != d.n || d.pos % 64 != 0 ||
           d.pos + d.n > file->size()) {
         if (laidOutAnew) ++*laidOut;
@@ -261,7 +264,10 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       if (file && !loaded.layoutDir.empty()) {
         loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, family.name, &noLayout);
       }
-      const size_t mapped = file ? reader->PointAtMapping(*loaded.module, file, family, loaded.layout != nullptr,
+      const DeferringReader::Layout layout = loaded.layout ? DeferringReader::Layout::kInFile
+                                             : loaded.layoutDir.empty() ? DeferringReader::Layout::kNone
+                                                                        : DeferringReader::Layout::kToWrite;
+      const size_t mapped = file ? reader->PointAtMapping(*loaded.module, file, family, layout,
                                                           static_cast<int>(LoadThreads()), &laidOut)
                                  : 0;
       const std::string anew = "the quantized rows the " + std::string(family.name) + " kernels lay out anew read into memory";

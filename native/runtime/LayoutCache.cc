@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -185,9 +186,11 @@ void LayoutSource::Reject(const std::string& why) {
   if (rejected_.empty()) rejected_ = why;
 }
 
-void LayoutSink::Made(const uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) {
-  runs_.push_back({data, bytes, std::move(owner)});
-  bytes_ += bytes;
+bool LayoutSink::Defer(std::vector<const uint8_t*> sources, size_t groupBytes, RewriteRun rewrite,
+                       std::shared_ptr<const void> owner) {
+  bytes_ += sources.size() * groupBytes;
+  runs_.push_back({std::move(sources), groupBytes, std::move(rewrite), std::move(owner)});
+  return true;
 }
 
 std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const std::string& digest,
@@ -232,26 +235,43 @@ std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const 
   std::promise<std::string> outcome;
   writer->done_ = outcome.get_future().share();
   LayoutWriter* self = writer.get();
-  writer->thread_ = std::thread([self, fd, header, runs = std::move(sink.runs_), outcome = std::move(outcome)]() mutable {
+  writer->thread_ = std::thread([self, fd, header, dir, digest, family, runs = std::move(sink.runs_),
+                                 outcome = std::move(outcome)]() mutable {
     // Beside serving, and for later loads only: it yields the cores to the compute threads.
     setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
     std::string error;
     const std::string head = HeaderText(header);
     bool ok = WriteAll(fd, reinterpret_cast<const uint8_t*>(head.data()), head.size());
+    // Each run rewritten from its rows (in the checkpoint's mapping, or in memory) into a chunk,
+    // a chunk written at a time.
+    size_t largest = 0;
+    for (const auto& run : runs) largest = std::max(largest, run.groupBytes);
+    const size_t capacity = std::max(kChunkBytes, largest);
+    std::unique_ptr<uint8_t, decltype(&std::free)> chunk(static_cast<uint8_t*>(std::aligned_alloc(64, (capacity + 63) / 64 * 64)),
+                                                         std::free);
+    ok = ok && chunk != nullptr;
+    size_t filled = 0;
     for (size_t r = 0; ok && r < runs.size(); ++r) {
-      for (size_t at = 0; ok && at < runs[r].bytes; at += kChunkBytes) {
-        if (self->cancel_) {
-          error = "cancelled (the model was disposed)";
-          ok = false;
-          break;
+      for (const uint8_t* source : runs[r].sources) {
+        if (filled + runs[r].groupBytes > capacity) {
+          if (self->cancel_) {
+            error = "cancelled (the model was disposed)";
+            ok = false;
+            break;
+          }
+          ok = WriteAll(fd, chunk.get(), filled);
+          filled = 0;
+          if (!ok) break;
         }
-        ok = WriteAll(fd, runs[r].data + at, std::min(kChunkBytes, runs[r].bytes - at));
+        runs[r].rewrite(source, chunk.get() + filled);
+        filled += runs[r].groupBytes;
       }
     }
+    ok = ok && WriteAll(fd, chunk.get(), filled);
     if (ok && fdatasync(fd) != 0) ok = false;
     if (!ok && error.empty()) error = "cannot write " + self->temporary_ + ": " + std::strerror(errno);
     ::close(fd);
-    runs.clear();  // the weights may go now
+    runs.clear();
     std::error_code ec;
     if (ok) {
       std::filesystem::rename(self->temporary_, self->file_, ec);
@@ -260,6 +280,14 @@ std::unique_ptr<LayoutWriter> LayoutWriter::Start(const std::string& dir, const 
     if (!error.empty()) {
       std::filesystem::remove(self->temporary_, ec);
       if (!self->cancel_) std::fprintf(stderr, "torchserve-node: layout file not written: %s\n", error.c_str());
+    } else if (!self->cancel_) {
+      // Mapped here, off the inference thread, for it to take the runs from.
+      std::string why;
+      self->layout_ = LayoutSource::Open(dir, digest, family, &why);
+      if (!self->layout_) {
+        error = why;
+        std::fprintf(stderr, "torchserve-node: layout file written but not mapped: %s\n", why.c_str());
+      }
     }
     outcome.set_value(error);
   });

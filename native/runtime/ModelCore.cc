@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include "common/ErrorCodes.h"
@@ -76,6 +77,16 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
   }
 }
 
+std::string ModelCore::LayoutOutcome(const LayoutSource& source, const std::string& family) {
+  if (source.rejected().empty() && source.taken() == source.payload()) {
+    return "rows laid out for the " + family + " kernels mapped from " + source.file();
+  }
+  const std::string why = source.rejected().empty() ? "it holds more runs than this load makes" : source.rejected();
+  std::error_code ec;
+  std::filesystem::remove(source.file(), ec);  // the next load writes it anew
+  return "layout file " + source.file() + " set aside (" + why + "), removed; rows rewritten at load";
+}
+
 std::string ModelCore::OwnWeights(const std::string& family) {
   std::shared_ptr<LayoutSource> source = std::move(loaded_.layout);  // its mapping lives on in the rows taken
   if (source && source->family() != family) {
@@ -83,38 +94,67 @@ std::string ModelCore::OwnWeights(const std::string& family) {
     // are rewritten out of the mapping.
     source.reset();
   }
-  LayoutSink sink;
-  RegroupCache* cache = source ? static_cast<RegroupCache*>(source.get()) : loaded_.layoutDir.empty() ? nullptr : &sink;
-  std::string note = stepper_->OwnWeights(cache);
-  std::string layout;
   if (source) {
-    if (source->rejected().empty() && source->taken() == source->payload()) {
-      layout = "rows laid out for the " + family + " kernels mapped from " + source->file();
-    } else {
-      const std::string why = source->rejected().empty() ? "it holds more runs than this load makes" : source->rejected();
-      layout = "layout file " + source->file() + " set aside (" + why + "), removed; rows rewritten at load";
-      std::error_code ec;
-      std::filesystem::remove(source->file(), ec);  // the next load writes it anew
-    }
-  } else if (sink.bytes() > 0) {
-    std::string why;
-    std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.layoutDigest, loaded_.path, family, std::move(sink), &why);
-    if (writer) {
-      layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() + " for later loads";
-      std::lock_guard<std::mutex> lock(layoutMutex_);
-      layoutWriter_ = std::move(writer);
-    } else if (!why.empty()) {
-      layout = "layout file not written: " + why;
-    }
+    const std::string note = stepper_->OwnWeights(source.get());
+    return note + (note.empty() ? "" : "; ") + LayoutOutcome(*source, family);
   }
-  if (!layout.empty()) note += (note.empty() ? "" : "; ") + layout;
-  return note;
+  if (loaded_.layoutDir.empty()) return stepper_->OwnWeights(nullptr);
+  // The first load: the rows stay as they lie while a thread writes their layout (AdoptLayout).
+  LayoutSink sink;
+  std::string note = stepper_->OwnWeights(&sink);
+  if (sink.bytes() == 0) return note;
+  std::string why;
+  std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.layoutDigest, loaded_.path, family, std::move(sink), &why);
+  std::string layout;
+  if (writer) {
+    layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() +
+             " for later loads (served as they lie until it is written, then from it)";
+    layoutPending_ = true;
+    layoutFamily_ = family;
+    std::lock_guard<std::mutex> lock(layoutMutex_);
+    layoutWriter_ = std::move(writer);
+  } else {
+    // Rewritten now, as without a layout directory.
+    note = stepper_->OwnWeights(nullptr);
+    layout = "layout file not written: " + why;
+  }
+  return note + (note.empty() ? "" : "; ") + layout;
+}
+
+void ModelCore::AdoptLayout() {
+  if (!layoutPending_) return;
+  std::shared_ptr<LayoutSource> source;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(layoutMutex_);
+    if (!layoutWriter_ || layoutWriter_->cancelled()) {
+      layoutPending_ = false;  // the model is being disposed
+      return;
+    }
+    const std::shared_future<std::string> done = layoutWriter_->done();
+    if (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    error = done.get();
+    source = layoutWriter_->layout();
+  }
+  layoutPending_ = false;
+  // A null source (the write failed): the rows are rewritten into memory here, once.
+  stepper_->OwnWeights(source.get());
+  if (!source) {
+    std::fprintf(stderr, "torchserve-node: quantized rows rewritten into memory (%s)\n", error.c_str());
+    return;
+  }
+  const std::string outcome = LayoutOutcome(*source, layoutFamily_);
+  if (outcome.rfind("rows laid out", 0) == 0) {
+    layoutAdopted_->store(true);
+  } else {
+    std::fprintf(stderr, "torchserve-node: %s\n", outcome.c_str());
+  }
 }
 
 std::optional<LayoutWrite> ModelCore::LayoutWritten() const {
   std::lock_guard<std::mutex> lock(layoutMutex_);
   if (!layoutWriter_) return std::nullopt;
-  return LayoutWrite{layoutWriter_->file(), layoutWriter_->bytes(), layoutWriter_->done()};
+  return LayoutWrite{layoutWriter_->file(), layoutWriter_->bytes(), layoutWriter_->done(), layoutAdopted_};
 }
 
 void ModelCore::Serve(const std::shared_ptr<ScheduledJob>& first) {
@@ -125,7 +165,9 @@ void ModelCore::Serve(const std::shared_ptr<ScheduledJob>& first) {
     first->complete();
     return;
   }
+  AdoptLayout();
   Scheduler(*stepper_, decode_, &prefix_).Serve(first, [this] {
+    AdoptLayout();  // between two steps: no product reads the rows now
     auto next = std::static_pointer_cast<ScheduledJob>(thread_->TakeBatchable());
     if (next) Track(next->generation, true);
     return next;

@@ -6,6 +6,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <string>
@@ -30,11 +31,13 @@ struct ConfigureResult {
   std::vector<std::pair<std::string, double>> phases;  // seconds per step of configuring, in order
 };
 
-// A layout file being written (runtime/LayoutCache.h): where, how large, and its outcome ("" written).
+// A layout file being written (runtime/LayoutCache.h): where, how large, its outcome ("" written),
+// and whether the stepper reads its runs now (the first safe point after the write takes them).
 struct LayoutWrite {
   std::string file;
   size_t bytes = 0;
   std::shared_future<std::string> done;
+  std::shared_ptr<const std::atomic<bool>> adopted;
 };
 
 class ModelCore {
@@ -82,10 +85,20 @@ class ModelCore {
   std::set<std::shared_ptr<Generation>> jobs_;
   mutable std::mutex layoutMutex_;  // guards layoutWriter_
   std::unique_ptr<LayoutWriter> layoutWriter_;
+  // Inference thread: rows left as they lie for the layout file being written (AdoptLayout).
+  bool layoutPending_ = false;
+  std::string layoutFamily_;  // the kernel family whose layout it is
+  std::shared_ptr<std::atomic<bool>> layoutAdopted_ = std::make_shared<std::atomic<bool>>(false);
 
   // Inference thread: the stepper takes its weights over (Stepper::OwnWeights), its rewritten
   // rows from a layout file or into one; returns the note.
   std::string OwnWeights(const std::string& family);
+  // Inference thread, between two steps: once the layout file of the rows left as they lie is
+  // written, the stepper takes its runs in their place (or, where it could not be written,
+  // rewrites them into memory).
+  void AdoptLayout();
+  // The note on a layout source the stepper has taken runs from; a file set aside is removed.
+  static std::string LayoutOutcome(const LayoutSource& source, const std::string& family);
 };
 
 }  // namespace tsn

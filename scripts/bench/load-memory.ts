@@ -6,6 +6,7 @@
  *
  *   node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt...] [--runtime auto|native|torchscript]
  *        [--kv-budget-mb 256] [--threads N] [--tokens 8] [--cold] [--kernels avx2] [--layout-cache on|off]
+ *        [--serve-during-write]
  *
  * Each checkpoint loads in a child process of its own (VmRSS and VmHWM are per process), one at
  * a time. The file is read once to warm the page cache and then timed on a second read (into a
@@ -22,6 +23,9 @@
  * first load's child waits for its background write to end before it exits (the seconds it took
  * are printed apart, not counted in the load), and the later load maps the file, which is read
  * once before it to warm the page cache as the checkpoint is (with --cold, dropped from it).
+ * With --serve-during-write the first load's child serves greedy requests of --tokens tokens one
+ * after another while the file is written (the rows as they lie in the checkpoint), then three
+ * more after it (the first of which takes the file's runs), and prints their seconds side by side.
  * Weight bytes are the tensor bytes stored in the archive (its data/ entries). Results go to
  * .cache/bench/load-memory-latest.json.
  */
@@ -46,7 +50,8 @@ const usage = `usage: node dist/scripts/bench/load-memory.js --ckpt A.pt[,B.pt..
   --tokens N           greedy tokens generated after load (default 8)
   --kernels NAME       native kernel family cap (default auto; SERVICE_KERNELS's values)
   --cold               drop the checkpoint from the page cache before the read and each load
-  --layout-cache on|off  keep layout files in the run's fresh cache directory (default on)`;
+  --layout-cache on|off  keep layout files in the run's fresh cache directory (default on)
+  --serve-during-write   time requests during the first load's layout write and after it`;
 
 interface ChildReport {
   baselineRssBytes: number;
@@ -64,6 +69,9 @@ interface ChildReport {
   layoutWrite?: { file: string; bytes: number; seconds: number; error: string };
   /** Whether this load mapped a layout file (its runtime note says so). */
   layoutMapped?: boolean;
+  /** --serve-during-write: seconds of each request while the layout file was written, and after. */
+  servedDuring?: number[];
+  servedAfter?: number[];
 }
 
 interface Row extends ChildReport {
@@ -94,7 +102,7 @@ function status(): { rss: number; hwm: number } {
   return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
-async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string, kernels: string, layouts: string): Promise<void> {
+async function child(path: string, runtime: string, kvBudgetMb: number, threads: number, tokens: number, cache: string, kernels: string, layouts: string, serveDuringWrite: boolean): Promise<void> {
   const baseline = status().rss;
   const start = performance.now();
   const engine = await TorchEngine.load(path, {
@@ -128,13 +136,29 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
     layoutMapped: (engine.runtimeNote ?? "").includes("mapped from"),
   };
   // The write runs beside serving; the later load needs it whole. (An older build has no such call.)
-  let written: Awaited<ReturnType<TorchEngine["layoutWritten"]>> = null;
+  let pending: Promise<Awaited<ReturnType<TorchEngine["layoutWritten"]>>> = Promise.resolve(null);
   try {
-    written = await engine.layoutWritten();
+    pending = engine.layoutWritten();
   } catch {
     // an addon without the call (an older build, run through TORCHSERVE_ADDON)
   }
+  let ended = false;
+  const writing = pending.finally(() => (ended = true));
+  const timed = async (): Promise<number> => {
+    const begin = performance.now();
+    await engine.generateBatch([{ prompt: "The weights", maxNewTokens: tokens, temperature: 0, topK: null }]);
+    return (performance.now() - begin) / 1000;
+  };
+  if (serveDuringWrite) {
+    report.servedDuring = [];
+    while (!ended) report.servedDuring.push(await timed());
+  }
+  const written = await writing;
   if (written) report.layoutWrite = { file: written.file, bytes: written.bytes, seconds: (performance.now() - loaded) / 1000, error: written.error };
+  if (serveDuringWrite) {
+    report.servedAfter = [];
+    for (let i = 0; i < 3; ++i) report.servedAfter.push(await timed());
+  }
   await engine.dispose();
   process.send!(report);
 }
@@ -186,11 +210,11 @@ const gb = (bytes: number) => (bytes / 1e9).toFixed(2);
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--child") {
-    const [, path, runtime, kv, threads, tokens, cache, kernels, layouts] = argv;
-    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!, kernels ?? "auto", layouts ?? "on");
+    const [, path, runtime, kv, threads, tokens, cache, kernels, layouts, serve] = argv;
+    await child(path!, runtime!, Number(kv), Number(threads), Number(tokens), cache!, kernels ?? "auto", layouts ?? "on", serve === "serve");
     return;
   }
-  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold", "kernels", "layout-cache"]);
+  const flags = parseFlags(argv, usage, ["ckpt", "runtime", "kv-budget-mb", "threads", "tokens", "cold", "kernels", "layout-cache", "serve-during-write"]);
   const cold = flags.get("cold") === true;
   const list = stringFlag(flags, "ckpt", "");
   if (!list) {
@@ -203,6 +227,7 @@ async function main(): Promise<void> {
   const tokens = numberFlag(flags, "tokens", 8);
   const kernels = stringFlag(flags, "kernels", "auto");
   const layouts = stringFlag(flags, "layout-cache", "on");
+  const serveDuringWrite = flags.get("serve-during-write") === true;
   const rows: Row[] = [];
   for (const checkpoint of list.split(",")) {
     const fileBytes = statSync(checkpoint).size;
@@ -212,7 +237,7 @@ async function main(): Promise<void> {
     const read = readSeconds(checkpoint);
     const cache = mkdtempSync(join(tmpdir(), "load-checks-"));
     const args = [runtime, String(kvBudgetMb), String(threads), String(tokens), cache, kernels, layouts];
-    const report = await runChild(checkpoint, args, cold);
+    const report = await runChild(checkpoint, serveDuringWrite ? [...args, "serve"] : args, cold);
     // The layout file the later load maps is treated as the checkpoint is: read through once so
     // that the load finds it cached (a host whose memory holds less than the checkpoint, the
     // layout file and the first load's weights at once, as this 24 GB one at 8B Q8_0, drops
@@ -286,6 +311,14 @@ async function main(): Promise<void> {
           : "";
       console.log(`  ${basename(row.checkpoint)} ${which}: ${text}${layout}`);
     }
+  }
+  const span = (seconds: number[]) =>
+    seconds.length ? `${Math.min(...seconds).toFixed(2)}-${Math.max(...seconds).toFixed(2)} s (${seconds.length})` : "none";
+  for (const row of rows.filter((r) => r.servedDuring && r.servedAfter)) {
+    console.log(
+      `  ${basename(row.checkpoint)}: ${tokens}-token greedy requests in turn while the layout file was written ` +
+        `(the rows as they lie) ${span(row.servedDuring!)}; after it (the first one takes the file's runs) ${span(row.servedAfter!)}`,
+    );
   }
   const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, cold, rows });
   console.log(`results: ${file}`);

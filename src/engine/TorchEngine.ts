@@ -86,8 +86,9 @@ export interface TorchEngineOptions {
    * Where the native kernels' layout of the quantized rows they rewrite at load (Q8_0, Q4_0 and
    * Q5_0 on every SIMD family, Q4_K on avx2) is kept, one file per checkpoint and kernel family
    * (SERVICE_LAYOUT_CACHE, docs/operations.md "Layout files"): a later load maps it instead of
-   * reading those rows and rewriting them; the first writes it in the background
-   * (layoutWritten()). Default: nowhere (every load rewrites).
+   * reading those rows and rewriting them; the first serves them as they lie in the checkpoint
+   * while it writes the file in the background, then from it (layoutWritten()). Default: nowhere
+   * (every load rewrites).
    */
   layoutCache?: string;
   /**
@@ -375,6 +376,8 @@ export class TorchEngine implements TextGenerationEngine {
    * The layout file this load writes for later loads (option `layoutCache`), once written:
    * `error` is "" when it was, else why not; null where this load writes none (it mapped one,
    * nothing is rewritten, or no directory). The write runs beside serving; close() cancels it.
+   * `adopted`: whether the runtime reads the rows from the file yet (the first request after the
+   * write takes them).
    */
   layoutWritten(): Promise<RawLayoutWrite | null> {
     return this.model.layoutWritten();

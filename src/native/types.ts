@@ -31,13 +31,14 @@ export interface RawLoadOptions {
   /**
    * The kernel family cap configure() will be given ("auto" by default): the quantized rows its
    * family lays out anew (Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2) are read into
-   * memory rather than mapped, unless `layoutCache` holds that family's layout of them.
+   * memory rather than mapped, unless there is a `layoutCache`.
    */
   kernels?: KernelFamilyCap;
   /**
    * A directory of layout files (SERVICE_LAYOUT_CACHE): where that family's layout of those rows
    * is found for this archive and addon build, the rows are mapped from it instead of read and
-   * rewritten; where it is not, configure() writes it there in the background
+   * rewritten; where it is not, the rows are mapped from the checkpoint and served as they lie
+   * while configure() writes the file there in the background, and then from it
    * (layoutWritten()). Default: none.
    */
   layoutCache?: string;
@@ -124,7 +125,14 @@ export interface RawLanguageModel extends RawModule {
 export interface RawLayoutWrite {
   file: string;
   bytes: number;
+  /** "" once written, else why not. */
   error: string;
+  /**
+   * Whether the runtime reads the rows from the file now. Until it is written the first load
+   * serves those rows as they lie in the checkpoint; the first request (or step) after the
+   * write takes the file's runs in their place.
+   */
+  adopted: boolean;
 }
 
 export interface RawLanguageModelSettings {

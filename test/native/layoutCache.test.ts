@@ -11,7 +11,7 @@
  */
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
-import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, statfsSync, truncateSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, statfsSync, truncateSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -53,7 +53,12 @@ function configureNative(model: RawLanguageModel, kernels: KernelFamilyCap): Pro
   });
 }
 
-/** Loads `file`, configures the native runtime on `kernels`, takes 12 greedy tokens, and waits for any layout write. */
+/**
+ * Loads `file`, configures the native runtime on `kernels`, waits for any layout write, then takes
+ * 12 greedy tokens. No request runs between the configure and the end of the write, so the rows
+ * are still as they lay in the checkpoint when it ends (`pending.adopted` false); the request
+ * takes the file's runs in their place first (`written.adopted`).
+ */
 async function serve(file: string, kernels: KernelFamilyCap, layoutCache: string | undefined, dispose = true): Promise<Served> {
   const model = await addon.loadLanguageModel(file, {
     device: "cpu",
@@ -64,12 +69,15 @@ async function serve(file: string, kernels: KernelFamilyCap, layoutCache: string
   });
   try {
     const choice = await configureNative(model, kernels);
+    const pending = await model.layoutWritten();
+    if (pending !== null) expect(pending.adopted, "taken before any request").to.equal(false);
     const [out] = await model.generate(
       [{ tokens: Int32Array.from([1, 2, 3, 4]), maxNewTokens: 12, sampling: { temperature: 0, topK: 0, seed: -1 } }],
       null,
     ).result;
     const { runtime } = await model.weightBytes();
     const written = await model.layoutWritten();
+    if (written !== null) expect(written.adopted, written.error).to.equal(written.error === "");
     return { choice, tokens: Array.from(out!), written, runtimeBytes: runtime };
   } finally {
     if (dispose) await model.dispose();
@@ -118,13 +126,17 @@ describe("layout files: the rows a kernel family lays out anew, written once and
           expect(first.tokens).to.deep.equal(plain.tokens);
           return;
         }
-        expect(first.choice.note).to.match(new RegExp(`writing the ${family} kernels' layout of those rows to .*layout-[0-9a-f]{40}\\.bin for later loads`));
+        expect(first.choice.note).to.match(new RegExp(`writing the ${family} kernels' layout of those rows to .*layout-[0-9a-f]{40}\\.bin for later loads \\(served as they lie until it is written, then from it\\)`));
+        // The first load maps those rows too: none is read into fresh memory.
+        expect(first.choice.note).to.include("weights read in place from the checkpoint");
+        expect(first.choice.note).to.not.include("read into memory");
         expect(first.written).to.not.equal(null);
         const { file, bytes, error } = first.written!;
         expect(error).to.equal("");
         expect(statSync(file).size).to.equal(bytes + 4096);
         expect(layoutFiles(cache)).to.deep.equal([file.split("/").pop()]);
         expect(first.tokens).to.deep.equal(plain.tokens);
+        expect(first.runtimeBytes).to.equal(plain.runtimeBytes);
 
         const later = await serve(files[scheme]!, kernels, cache);
         expect(later.choice.note).to.include(`rows laid out for the ${family} kernels mapped from ${file}`);
@@ -136,6 +148,43 @@ describe("layout files: the rows a kernel family lays out anew, written once and
       });
     }
   }
+
+  it("requests served while the file is written are served from the rows as they lie, and the next step takes the file's runs", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const plain = await serve(files["q8_0"]!, "avx2", undefined);
+    const model = await addon.loadLanguageModel(files["q8_0"]!, { device: "cpu", extraFiles: ["config.json"], threads: 2, kernels: "avx2", layoutCache: cache });
+    try {
+      await configureNative(model, "avx2");
+      const request = { tokens: Int32Array.from([1, 2, 3, 4]), maxNewTokens: 12, sampling: { temperature: 0, topK: 0, seed: -1 } };
+      // At once, beside the write (the products read the GGUF rows where the write has not ended).
+      const during = await Promise.all([0, 1, 2].map(() => model.generate([request, request], null).result));
+      for (const rows of during) for (const row of rows) expect(row).to.have.length(12);
+      const written = (await model.layoutWritten())!;
+      expect(written.error).to.equal("");
+      const [after] = await model.generate([request], null).result;
+      expect(Array.from(after!)).to.deep.equal(plain.tokens);
+      expect((await model.layoutWritten())!.adopted).to.equal(true);
+    } finally {
+      await model.dispose();
+    }
+  });
+
+  it("a write that fails after it started leaves the rows rewritten into memory at the next request", async () => {
+    const cache = mkdtempSync(join(dir, "cache-"));
+    const plain = await serve(files["q8_0"]!, "avx2", undefined);
+    const { file } = (await serve(files["q8_0"]!, "avx2", cache)).written!;
+    // A directory where the file goes: the header cannot be read (no file to map), and the
+    // rename that ends the write fails.
+    rmSync(file);
+    mkdirSync(join(file, "occupied"), { recursive: true });
+    const failed = await serve(files["q8_0"]!, "avx2", cache);
+    expect(failed.choice.note).to.include(`writing the avx2 kernels' layout of those rows to ${file}`);
+    expect(failed.written!.error).to.include(`cannot write ${file}`);
+    expect(failed.written!.adopted).to.equal(false);
+    expect(failed.tokens).to.deep.equal(plain.tokens);
+    expect(failed.runtimeBytes).to.equal(plain.runtimeBytes);
+    expect(layoutFiles(cache).filter((name) => name.endsWith(".tmp"))).to.deep.equal([]);
+  });
 
   it("through TorchEngine (the server's path): layoutWritten() resolves once written, and the next load's note says it was mapped", async () => {
     const cache = mkdtempSync(join(dir, "cache-"));
