@@ -15,6 +15,7 @@
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "common/Parallel.h"
 #include "runtime/LoadCheckCache.h"
 #include "steppers/NativeRegistry.h"
 #include "steppers/ScriptStepper.h"
@@ -295,9 +296,14 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
     }
     if (sixteen) clock.Lap("narrow");  // the parameters went back to 16 bits as `widened` ended
   }
-  native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+  // The probe passes over every weight twice (8B Q8_0, one thread: 1.6-2.4 s, most of a first
+  // load from the page cache): it runs on the load's threads, as reading and packing do, and the
+  // stepper serves on the threads asked for after it.
+  const int threads = std::max(request.threads, static_cast<int>(LoadThreads()));
+  native = factory(NativeContext{*model.module, request.fields, kernels, threads, request.kvBudgetBytes});
   clock.Lap("pack");
   const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));
+  native->UseThreads(request.threads);
   clock.Lap("native forward");
   return disagreement;
 }

@@ -30,7 +30,7 @@ int ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 4; }
 
 DecoderStepper::DecoderStepper(const NativeContext& context, const char* architecture)
     : kernels_(context.kernels),
-      team_(context.threads),
+      team_(std::make_unique<ThreadTeam>(context.threads)),
       architecture_(architecture),
       kvBudgetBytes_(context.kvBudgetBytes > 0 ? context.kvBudgetBytes : 256LL << 20) {
   for (const auto& p : context.module.named_parameters(true)) {
@@ -130,8 +130,8 @@ void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, in
   // bytes attention reads; bf16 rather than f16 because it keeps float32's range.
   if (cacheType == WeightType::F32 && !quantized_.empty()) cacheType = WeightType::BF16;
   cache_.Configure(layers, kvHeads, headDim, context, cacheType);
-  normed_.resize(team_.size());
-  scratch_.resize(team_.size());
+  normed_.resize(team_->size());
+  scratch_.resize(team_->size());
   for (auto& scratch : scratch_) scratch.Resize(static_cast<size_t>(kAttendScratchRows) * cache_.contextPad());
 }
 
@@ -239,6 +239,15 @@ std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
   return note;
 }
 
+void DecoderStepper::UseThreads(int threads) {
+  threads = std::clamp(threads, 1, team_->size());
+  if (threads == team_->size()) return;
+  team_ = std::make_unique<ThreadTeam>(threads);  // the old team's workers are joined
+  normed_.resize(static_cast<size_t>(threads));
+  scratch_.resize(static_cast<size_t>(threads));
+  Members(threads);
+}
+
 void DecoderStepper::CopyRow(int64_t from, int64_t to) {
   cache_.CopySlot(static_cast<int>(from), static_cast<int>(to));
 }
@@ -295,12 +304,12 @@ at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, co
     last_.Resize(static_cast<size_t>(count) * vocab_);
     last = last_.get();
   }
-  team_.Run(
+  team_->Run(
       [&](int member) {
         Layers(member, rows);
         float* normed = normed_[member].get();
         bool ready = false;
-        team_.Phase(member, Chunks(head_, rows), [&](int chunk) {
+        team_->Phase(member, Chunks(head_, rows), [&](int chunk) {
           // A member normalises the rows itself before its first chunk: cheaper than a phase.
           if (!ready) {
             for (int j = 0; j < count; ++j) {
@@ -314,7 +323,7 @@ at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, co
         });
       },
       PhasesPerLayer() * layers_ + 1,
-      rows >= kTeamRows || LayerBytes() >= kTeamLayerBytes ? team_.size() : 1);
+      rows >= kTeamRows || LayerBytes() >= kTeamLayerBytes ? team_->size() : 1);
   if (!inPlace) {
     for (int j = 0; j < count; ++j) {
       std::memcpy(out + static_cast<size_t>(segments_[j].slot) * vocab_, last + static_cast<size_t>(j) * vocab_,

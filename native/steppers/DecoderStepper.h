@@ -39,6 +39,7 @@ class DecoderStepper : public Stepper {
   // every SIMD family (InterleaveBlock32; 1.03-2.9x); docs/benchmarks.md section 7. A quantized
   // row two matrices share stays as it is.
   std::string OwnWeights(RegroupCache* cache) override;
+  void UseThreads(int threads) override;
 
  protected:
   // The step's tokens of one slot: rows firstRow .. firstRow + count - 1 of the activations,
@@ -111,6 +112,8 @@ class DecoderStepper : public Stepper {
   }
   // Sizes the subclass's activations for a step of `rows` tokens (before the team runs).
   virtual void Reserve(int rows) = 0;
+  // The team now has `members` members (UseThreads): per-member buffers past them may go.
+  virtual void Members(int /*members*/) {}
   // x[row] = the embedding of `token` at `position` (embd floats).
   virtual void Embed(int64_t token, int position, float* row) const = 0;
   // Runs inside team_.Run on every member: each layer's phases over x_ (rows real tokens).
@@ -128,7 +131,7 @@ class DecoderStepper : public Stepper {
   static std::pair<int, int> Columns(const PackedLinear& w, int chunk, int rows);
 
   const KernelSet& kernels_;
-  ThreadTeam team_;
+  std::unique_ptr<ThreadTeam> team_;
   KvCache cache_;
   PackedLinear head_;
   int layers_ = 0, embd_ = 0, vocab_ = 0, context_ = 0;

@@ -90,7 +90,7 @@ void GptStepper::Layers(int member, int rows) {
     const Layer& layer = blocks_[l];
     // A member normalises all rows itself before its first chunk: cheaper than a phase.
     bool ready = false;
-    team_.Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
       if (!ready) {
         kernels_.layerNormRows(x, rows, d, d, layer.ln1Gamma.data(), layer.ln1Beta.data(), eps_, normed, d);
         ready = true;
@@ -99,7 +99,7 @@ void GptStepper::Layers(int member, int rows) {
       kernels_.linearPanels(normed, rows, d, layer.qkv, qkv, 3 * d, p0, p1, Epilogue::Store);
     });
 
-    team_.Phase(member, static_cast<int>(segments_.size()) * heads_, [&](int task) {
+    team_->Phase(member, static_cast<int>(segments_.size()) * heads_, [&](int task) {
       const Segment& segment = segments_[task / heads_];
       const int h = task % heads_;
       for (int t = 0; t < segment.count; ++t) {
@@ -112,13 +112,13 @@ void GptStepper::Layers(int member, int rows) {
                           d, scratch);
     });
 
-    team_.Phase(member, Chunks(layer.proj, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.proj, rows), [&](int chunk) {
       const auto [p0, p1] = Columns(layer.proj, chunk, rows);
       kernels_.linearPanels(attn, rows, d, layer.proj, x, d, p0, p1, Epilogue::Accumulate);
     });
 
     ready = false;
-    team_.Phase(member, Chunks(layer.fc, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.fc, rows), [&](int chunk) {
       if (!ready) {
         kernels_.layerNormRows(x, rows, d, d, layer.ln2Gamma.data(), layer.ln2Beta.data(), eps_, normed, d);
         ready = true;
@@ -127,7 +127,7 @@ void GptStepper::Layers(int member, int rows) {
       kernels_.linearPanels(normed, rows, d, layer.fc, hidden, 4 * d, p0, p1, gelu_);
     });
 
-    team_.Phase(member, Chunks(layer.out, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.out, rows), [&](int chunk) {
       const auto [p0, p1] = Columns(layer.out, chunk, rows);
       kernels_.linearPanels(hidden, rows, 4 * d, layer.out, x, d, p0, p1, Epilogue::Accumulate);
     });

@@ -80,7 +80,7 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
       InverseFrequencies(context.module).view({1, -1});
   cos_ = Copy(freqs.cos());
   sin_ = Copy(freqs.sin());
-  act_.resize(team_.size());
+  act_.resize(team_->size());
 }
 
 size_t LlamaStepper::LayerBytes() const {
@@ -130,7 +130,7 @@ void LlamaStepper::Layers(int member, int rows) {
     const Layer& layer = blocks_[l];
     // A member normalises all rows itself before its first chunk: cheaper than a phase.
     bool ready = false;
-    team_.Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.qkv, rows), [&](int chunk) {
       if (!ready) {
         kernels_.rmsNormRows(x, rows, d, d, layer.attnNorm.data(), eps_, normed, d);
         ready = true;
@@ -141,7 +141,7 @@ void LlamaStepper::Layers(int member, int rows) {
 
     // One task per (row's segment, kv head): rotates and caches that head's keys and values,
     // then the query heads sharing them rotate and attend.
-    team_.Phase(member, static_cast<int>(segments_.size()) * kvHeads_, [&](int task) {
+    team_->Phase(member, static_cast<int>(segments_.size()) * kvHeads_, [&](int task) {
       const Segment& segment = segments_[task / kvHeads_];
       const int kv = task % kvHeads_;
       for (int t = 0; t < segment.count; ++t) {
@@ -159,13 +159,13 @@ void LlamaStepper::Layers(int member, int rows) {
                            attn + static_cast<size_t>(segment.firstRow) * attnWidth + kv * group * hd, attnWidth, scratch);
     });
 
-    team_.Phase(member, Chunks(layer.o, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.o, rows), [&](int chunk) {
       const auto [p0, p1] = Columns(layer.o, chunk, rows);
       kernels_.linearPanels(attn, rows, attnWidth, layer.o, x, d, p0, p1, Epilogue::Accumulate);
     });
 
     ready = false;
-    team_.Phase(member, Chunks(layer.gateUp, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.gateUp, rows), [&](int chunk) {
       if (!ready) {
         kernels_.rmsNormRows(x, rows, d, d, layer.mlpNorm.data(), eps_, normed, d);
         ready = true;
@@ -175,7 +175,7 @@ void LlamaStepper::Layers(int member, int rows) {
     });
 
     ready = false;
-    team_.Phase(member, Chunks(layer.down, rows), [&](int chunk) {
+    team_->Phase(member, Chunks(layer.down, rows), [&](int chunk) {
       if (!ready) {
         kernels_.swiGlu(gateUp, rows, 2 * hidden_, hidden_, act, hidden_);
         ready = true;

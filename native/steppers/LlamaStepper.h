@@ -28,6 +28,7 @@ class LlamaStepper : public DecoderStepper {
     return LayerProducts(blocks_, tied_, &Layer::qkv, &Layer::o, &Layer::gateUp, &Layer::down);
   }
   void Reserve(int rows) override;
+  void Members(int members) override { act_.resize(static_cast<size_t>(members)); }
   void Embed(int64_t token, int position, float* row) const override;
   void Layers(int member, int rows) override;
   void FinalNorm(const float* x, float* out) const override;

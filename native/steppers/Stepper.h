@@ -60,6 +60,9 @@ class Stepper {
   // Returns what it did, for the configure note ("" for nothing). `cache`: where the rewritten
   // rows come from (a layout file an earlier load wrote) or go (one this load writes), or null.
   virtual std::string OwnWeights(RegroupCache* /*cache*/) { return ""; }
+  // Computes on `threads` threads from now on, no more than it was built with: the load-time
+  // check runs on the load's threads (LoadThreads), serving on the threads asked for.
+  virtual void UseThreads(int /*threads*/) {}
 };
 
 // What a native CPU stepper is built from: the checkpoint's module (weights by name), its
