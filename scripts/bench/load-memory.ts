@@ -72,6 +72,8 @@ interface ChildReport {
   /** --serve-during-write: seconds of each request while the layout file was written, and after. */
   servedDuring?: number[];
   servedAfter?: number[];
+  /** --serve-during-write: resident bytes after those requests (the file's runs taken). */
+  rssAfterServed?: number;
 }
 
 interface Row extends ChildReport {
@@ -158,6 +160,7 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
   if (serveDuringWrite) {
     report.servedAfter = [];
     for (let i = 0; i < 3; ++i) report.servedAfter.push(await timed());
+    report.rssAfterServed = status().rss;
   }
   await engine.dispose();
   process.send!(report);
@@ -317,7 +320,8 @@ async function main(): Promise<void> {
   for (const row of rows.filter((r) => r.servedDuring && r.servedAfter)) {
     console.log(
       `  ${basename(row.checkpoint)}: ${tokens}-token greedy requests in turn while the layout file was written ` +
-        `(the rows as they lie) ${span(row.servedDuring!)}; after it (the first one takes the file's runs) ${span(row.servedAfter!)}`,
+        `(the rows as they lie) ${span(row.servedDuring!)}; after it (the first one takes the file's runs) ${span(row.servedAfter!)}; ` +
+        `RSS then ${gb(row.rssAfterServed ?? NaN)} GB (${((row.rssAfterServed ?? NaN) / (1.15 * row.weightBytes + row.kvBudgetBytes)).toFixed(2)} of the target)`,
     );
   }
   const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, cold, rows });
