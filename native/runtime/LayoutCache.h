@@ -48,10 +48,14 @@ LayoutName LayoutFileName(const std::string& dir, const std::string& digest, con
 // A layout file mapped for reading: the rewritten runs in the order the stepper makes them.
 class LayoutSource final : public RegroupCache {
  public:
-  // The file for (digest, family) in dir, mapped and its header checked; null with `why` set
-  // where there is none yet or it does not match.
+  // The file for (digest, family) in dir, mapped and its header checked, and its pages mapped
+  // in unless `populate` is false; null with `why` set where there is none yet or it does not
+  // match.
   static std::shared_ptr<LayoutSource> Open(const std::string& dir, const std::string& digest,
-                                            const std::string& family, std::string* why);
+                                            const std::string& family, std::string* why, bool populate = true);
+  // Maps in the file's pages (from the page cache, or the disk) on the load's threads, 2 MiB at
+  // a time, so that the steps do not fault them in a page at a time.
+  void Populate() const;
 
   const uint8_t* Take(size_t bytes, std::shared_ptr<const void>* owner) override;
   void Reject(const std::string& why) override;

@@ -145,6 +145,7 @@ void ModelCore::AdoptLayout() {
   }
   const std::string outcome = LayoutOutcome(*source, layoutFamily_);
   if (outcome.rfind("rows laid out", 0) == 0) {
+    source->Populate();  // the checkpoint's pages of those rows are given back by now
     layoutAdopted_->store(true);
   } else {
     std::fprintf(stderr, "torchserve-node: %s\n", outcome.c_str());

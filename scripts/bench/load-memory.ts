@@ -72,8 +72,9 @@ interface ChildReport {
   /** --serve-during-write: seconds of each request while the layout file was written, and after. */
   servedDuring?: number[];
   servedAfter?: number[];
-  /** --serve-during-write: resident bytes after those requests (the file's runs taken). */
+  /** --serve-during-write: resident bytes after those requests (the file's runs taken), and the peak since the process began. */
   rssAfterServed?: number;
+  hwmAfterServed?: number;
 }
 
 interface Row extends ChildReport {
@@ -160,7 +161,9 @@ async function child(path: string, runtime: string, kvBudgetMb: number, threads:
   if (serveDuringWrite) {
     report.servedAfter = [];
     for (let i = 0; i < 3; ++i) report.servedAfter.push(await timed());
-    report.rssAfterServed = status().rss;
+    const served = status();
+    report.rssAfterServed = served.rss;
+    report.hwmAfterServed = served.hwm;
   }
   await engine.dispose();
   process.send!(report);
@@ -321,7 +324,8 @@ async function main(): Promise<void> {
     console.log(
       `  ${basename(row.checkpoint)}: ${tokens}-token greedy requests in turn while the layout file was written ` +
         `(the rows as they lie) ${span(row.servedDuring!)}; after it (the first one takes the file's runs) ${span(row.servedAfter!)}; ` +
-        `RSS then ${gb(row.rssAfterServed ?? NaN)} GB (${((row.rssAfterServed ?? NaN) / (1.15 * row.weightBytes + row.kvBudgetBytes)).toFixed(2)} of the target)`,
+        `RSS then ${gb(row.rssAfterServed ?? NaN)} GB (${((row.rssAfterServed ?? NaN) / (1.15 * row.weightBytes + row.kvBudgetBytes)).toFixed(2)} of the target), ` +
+        `peak ${gb(row.hwmAfterServed ?? NaN)} GB`,
     );
   }
   const file = writeResults("load-memory", { machine: machineFacts(), runtime, kvBudgetMb, threads, cold, rows });
