@@ -66,6 +66,22 @@ describe("constraints: XGrammar over the server's vocabularies", function () {
     matcher.dispose();
   });
 
+  it("a model without an end-of-sequence token: matchers are made (no empty stop list reaches XGrammar, which aborts on one), and a complete object ends the choice", async () => {
+    const compiler = await ConstraintCompiler.create(byteVocabulary(512, []));
+    const tokenizer = new ByteTokenizer();
+    for (let i = 0; i < 3; i++) {
+      await walk(compiler, tokenizer, { type: "json_object" }, '{"x": [1, {"y": null}]}');
+      await walk(compiler, tokenizer, { type: "json_schema", schema: SCHEMA }, VALID);
+    }
+    // Mid-object nothing ends it: the closing brace is allowed, and the choice is not complete.
+    const matcher = await compiler.matcher({ type: "json_object" });
+    for (const id of tokenizer.encode('{"a": 1')) matcher.accept(id);
+    const { mask, complete } = await matcher.next();
+    expect(complete).to.equal(false);
+    expect(allowed(mask, "}".charCodeAt(0))).to.equal(true);
+    matcher.dispose();
+  });
+
   it("tool-call tags: one or more calls joined by the separator, then the end", async () => {
     const compiler = await ConstraintCompiler.create(byteVocabulary(259, [257]));
     const call = '{"name": "f", "arguments": {"a": 1}}';

@@ -53,7 +53,17 @@ export class ConstraintCompiler {
       this.cache.set(key, compiled);
       return compiled;
     }
-    compiled = this.compileNow(constraint);
+    // A matcher made (and let go) once per grammar, so that one that cannot be made fails this
+    // request before it joins a batch (prepareConstraint), never the batch it would have joined.
+    compiled = this.compileNow(constraint).then(async (grammar) => {
+      try {
+        (await this.newMatcher(grammar)).dispose();
+      } catch (err) {
+        grammar.dispose();
+        throw new Error(`no grammar matcher for ${describe(constraint)} over this model's vocabulary: ${(err as Error).message}`);
+      }
+      return grammar;
+    });
     this.cache.set(key, compiled);
     compiled.catch(() => this.cache.delete(key));
     while (this.cache.size > CACHE_SIZE) {
@@ -93,10 +103,18 @@ export class ConstraintCompiler {
     }
   }
 
+  private newMatcher(grammar: CompiledGrammar): Promise<GrammarMatcher> {
+    // A model without an end-of-sequence token (no stop ids): XGrammar aborts its WebAssembly
+    // module on an empty override list, so none is given and the matcher ends the choice itself
+    // once the grammar is complete (next(): `complete`).
+    const stops = this.vocabulary.stopTokenIds;
+    return xgrammar().GrammarMatcher.createGrammarMatcher(grammar, stops.length > 0 ? stops : undefined, stops.length === 0);
+  }
+
   /** A fresh matcher for one choice. */
   async matcher(constraint: GenerationConstraint): Promise<RowMatcher> {
     const grammar = await this.compile(constraint);
-    const matcher = await xgrammar().GrammarMatcher.createGrammarMatcher(grammar, this.vocabulary.stopTokenIds);
+    const matcher = await this.newMatcher(grammar);
     const json = constraint.type === "json_object" || constraint.type === "json_schema" || constraint.type === "tagged_json";
     if (!json) return new RowMatcher(matcher, this.vocabulary.stopTokenIds);
     const bytes = (this.refusals.bytes ??= tokenBytes(this.vocabulary));
