@@ -55,7 +55,9 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     // point, and a request's first call was measured as fast with or without a warm-up (1B
     // Q4_K_M, one thread: the first 2-token request 0.082-0.095 s either way), while the warm-up
     // (a prefill and a decode step, each reading every weight) was 0.23-0.31 s of every load.
-    if (choice.runtime != "native") {
+    // A TorchScript stepper the load just timed has run its first calls (choice.warm; 13 s of
+    // a 1B Q8_0 first load on the baseline family).
+    if (choice.runtime != "native" && !choice.warm) {
       GenerateRow row;
       row.prompt.assign(8, warmupToken);
       row.sampling.temperature = 0;

@@ -420,9 +420,12 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
           std::string note;
           std::unique_ptr<ScriptStepper> candidate = MakeScriptStepper(model, request, note);
           RuntimeTimings timings;
-          // One timed run each after a warm-up (the best of two took 34 s of a 135M Q8_0
-          // model's first load on this family; the margin in DecideRuntime absorbs the noise).
-          timings.native = TimeWorkload(*native, 1);
+          // One timed run each (the best of two took 34 s of a 135M Q8_0 model's first load on
+          // this family; the margin in DecideRuntime absorbs the noise), the TorchScript one
+          // after an untimed run: its profiling executor optimises on its first calls. The
+          // native runtime has none to pay (ModelCore::Configure); its untimed run was 40 s of
+          // a 1B Q8_0 first load.
+          timings.native = TimeWorkload(*native, 0);
           timings.script = TimeWorkload(*candidate, 1);
           clock.Lap("timing");
           decision = DecideRuntime(kernels.name, timings);
@@ -435,6 +438,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
             choice.stepper = std::move(candidate);
             choice.runtime = "torchscript";
             choice.note = decision.reason + (note.empty() ? "" : "; " + note);
+            choice.warm = true;
             return choice;
           }
           candidate.reset();

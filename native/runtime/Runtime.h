@@ -55,6 +55,9 @@ struct RuntimeChoice {
   std::string note;     // why "auto" chose the runtime it chose
   // Seconds of each step of the choice, in order ("check", "pack", ...), for the load log.
   std::vector<std::pair<std::string, double>> phases;
+  // The stepper has run calls already (the timing ran the TorchScript forward it chose, twice
+  // over its workload): its first-call cost is paid, and configure runs no warm-up.
+  bool warm = false;
 };
 
 // Seconds the same short workload took on each runtime at load; 0 when not timed.

@@ -90,6 +90,8 @@ describe("load-time check: remembered verdicts", function () {
     const first = await load(checkpoint, settings);
     expect(first.choice.note).to.match(workload);
     expect(first.choice.phases).to.have.property("timing");
+    // A TorchScript forward the timing chose has run its first calls there: no warm-up after.
+    if (first.choice.runtime === "torchscript") expect(first.choice.phases).to.not.have.property("warm-up");
     const figures = workload.exec(first.choice.note!)!.slice(1);
     const [file] = readdirSync(cache);
     expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=auto,optimize=auto [\d.e-]+ [\d.e-]+$/m);
@@ -122,6 +124,7 @@ describe("load-time check: remembered verdicts", function () {
     expect(scripted.choice.note).to.match(/^TorchScript runtime: a short workload took 50\.0 ms native \(baseline kernels\), 10\.0 ms TorchScript \(timed at an earlier load/);
     expect(scripted.choice.phases).to.not.have.property("timing");
     expect(scripted.choice.phases).to.not.have.property("pack");
+    expect(scripted.choice.phases).to.have.property("warm-up"); // chosen untimed: its first calls run at configure
     expect(scripted.tokens).to.have.length(6);
     // A timing line that does not parse is timed again; the verdict stands.
     writeFileSync(join(cache, file!), text.replace(/^timing .*$/m, "timing garbled"));
