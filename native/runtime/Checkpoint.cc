@@ -254,13 +254,13 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
       size_t laidOut = 0;
       const KernelSet& family = Family(kernelsCap);
-      // Only where the records can be mapped: read into memory, the rows cost the same whether
-      // rewritten or replaced by the file's.
       if (!loaded.layoutDir.empty()) {
         loaded.layoutDigest = ArchiveDigest(path);
         if (loaded.layoutDigest.empty()) loaded.layoutDir.clear();
       }
       std::string noLayout;  // why there is none (the first load writes one, ModelCore::OwnWeights)
+      // Only where the records can be mapped: read into memory, the rows cost the same whether
+      // rewritten or replaced by the file's.
       if (file && !loaded.layoutDir.empty()) {
         loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, family.name, &noLayout);
       }

@@ -62,10 +62,10 @@ class LayoutSource final : public RegroupCache {
 
   const std::string& file() const { return file_; }
   const std::string& family() const { return family_; }
-  // Bytes of runs taken, and whether the whole payload was (else the note says so).
-  size_t taken() const { return cursor_; }
-  size_t payload() const { return payload_; }
+  // Why runs were refused ("" none), and whether every run was taken and none refused: the
+  // stepper reads all of the file's runs (else the note says so).
   const std::string& rejected() const { return rejected_; }
+  bool whole() const { return rejected_.empty() && cursor_ == payload_; }
 
  private:
   LayoutSource() = default;

@@ -79,10 +79,8 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
   }
 }
 
-std::string ModelCore::LayoutOutcome(const LayoutSource& source, const std::string& family) {
-  if (source.rejected().empty() && source.taken() == source.payload()) {
-    return "rows laid out for the " + family + " kernels mapped from " + source.file();
-  }
+std::string ModelCore::LayoutOutcome(const LayoutSource& source) {
+  if (source.whole()) return "rows laid out for the " + source.family() + " kernels mapped from " + source.file();
   const std::string why = source.rejected().empty() ? "it holds more runs than this load makes" : source.rejected();
   std::error_code ec;
   std::filesystem::remove(source.file(), ec);  // the next load writes it anew
@@ -98,7 +96,7 @@ std::string ModelCore::OwnWeights(const std::string& family) {
   }
   if (source) {
     const std::string note = stepper_->OwnWeights(source.get());
-    return note + (note.empty() ? "" : "; ") + LayoutOutcome(*source, family);
+    return note + (note.empty() ? "" : "; ") + LayoutOutcome(*source);
   }
   if (loaded_.layoutDir.empty()) return stepper_->OwnWeights(nullptr);
   // The first load: the rows stay as they lie while a thread writes their layout (AdoptLayout).
@@ -112,7 +110,6 @@ std::string ModelCore::OwnWeights(const std::string& family) {
     layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() +
              " for later loads (served as they lie until it is written, then from it)";
     layoutPending_ = true;
-    layoutFamily_ = family;
     std::lock_guard<std::mutex> lock(layoutMutex_);
     layoutWriter_ = std::move(writer);
   } else {
@@ -145,8 +142,8 @@ void ModelCore::AdoptLayout() {
     std::fprintf(stderr, "torchserve-node: quantized rows rewritten into memory (%s)\n", error.c_str());
     return;
   }
-  const std::string outcome = LayoutOutcome(*source, layoutFamily_);
-  if (outcome.rfind("rows laid out", 0) == 0) {
+  const std::string outcome = LayoutOutcome(*source);
+  if (source->whole()) {
     source->Populate();  // the checkpoint's pages of those rows are given back by now
     layoutAdopted_->store(true);
   } else {

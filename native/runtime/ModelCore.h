@@ -87,7 +87,6 @@ class ModelCore {
   std::unique_ptr<LayoutWriter> layoutWriter_;
   // Inference thread: rows left as they lie for the layout file being written (AdoptLayout).
   bool layoutPending_ = false;
-  std::string layoutFamily_;  // the kernel family whose layout it is
   std::shared_ptr<std::atomic<bool>> layoutAdopted_ = std::make_shared<std::atomic<bool>>(false);
 
   // Inference thread: the stepper takes its weights over (Stepper::OwnWeights), its rewritten
@@ -98,7 +97,7 @@ class ModelCore {
   // rewrites them into memory).
   void AdoptLayout();
   // The note on a layout source the stepper has taken runs from; a file set aside is removed.
-  static std::string LayoutOutcome(const LayoutSource& source, const std::string& family);
+  static std::string LayoutOutcome(const LayoutSource& source);
 };
 
 }  // namespace tsn
