@@ -28,11 +28,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Napi::Array architectures = Napi::Array::New(env);
   for (const auto& name : NativeArchitectures()) architectures.Set(architectures.Length(), name);
   exports.Set("nativeArchitectures", architectures);
-  // "auto"'s rule, for tests: decideRuntime(family, nativeSeconds, scriptSeconds).
+  // "auto"'s rule, for tests: decideRuntime(family, nativeSeconds, scriptSeconds, scriptStopped).
   exports.Set("decideRuntime", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     RuntimeTimings timings;
     timings.native = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
     timings.script = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0;
+    timings.scriptStopped = info[3].IsBoolean() && info[3].As<Napi::Boolean>().Value();
     const RuntimeVerdict verdict = DecideRuntime(info[0].ToString().Utf8Value(), timings);
     Napi::Object out = Napi::Object::New(info.Env());
     out.Set("runtime", verdict.native ? "native" : "torchscript");

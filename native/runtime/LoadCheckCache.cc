@@ -120,7 +120,11 @@ std::optional<CheckVerdict> LoadCheckCache::Find() const {
       // A timing line that does not parse is no timing (it runs again), not a lost verdict.
       std::istringstream fields(line.substr(std::strlen(kTimingLine)));
       CheckTiming found;
-      if (fields >> found.settings >> found.native >> found.script && found.native > 0 && found.script > 0) timing = found;
+      if (fields >> found.settings >> found.native >> found.script && found.native > 0 && found.script > 0) {
+        std::string stopped;
+        found.scriptStopped = fields >> stopped && stopped == "stopped";
+        timing = found;
+      }
     }
   }
   if (verdict) verdict->timing = timing;
@@ -147,7 +151,8 @@ bool LoadCheckCache::Remember(CheckVerdict& verdict, std::string& error) const {
     if (verdict.timing) {
       char seconds[64];
       std::snprintf(seconds, sizeof seconds, "%.6g %.6g", verdict.timing->native, verdict.timing->script);
-      out << kTimingLine << verdict.timing->settings << " " << seconds << "\n";
+      out << kTimingLine << verdict.timing->settings << " " << seconds << (verdict.timing->scriptStopped ? " stopped" : "")
+          << "\n";
     }
     if (!out.flush()) {
       error = "cannot write " + temporary + ": " + std::strerror(errno);

@@ -20,6 +20,7 @@ struct CheckTiming {
   std::string settings;  // the TorchScript runtime's settings it was timed with (no spaces)
   double native = 0;     // seconds of the short workload on each runtime
   double script = 0;
+  bool scriptStopped = false;  // the TorchScript run stopped once it could not be chosen (RuntimeTimings)
 };
 
 struct CheckVerdict {

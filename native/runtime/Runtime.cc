@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <map>
 #include <optional>
@@ -149,26 +150,45 @@ std::string ScriptSettings(const RuntimeRequest& request) {
 // one step, then decode 8 steps together; after `untimed` runs of it (TorchScript's profiling
 // executor optimises its forward over the first calls; the native runtime's first run touches
 // its cache and scratch memory for the first time: 7.6 s against 5.5 s for a 135M Q8_0 model
-// on the baseline family).
-double TimeWorkload(Stepper& stepper, int untimed) {
-  constexpr int64_t kRows = 8, kPrompt = 16, kSteps = 8;
+// on the baseline family). A run is stopped between two steps once it has taken more than its
+// budget (`untimedBudget` for each untimed run, `budget` for the timed one): `stopped` then says
+// so, and `seconds` is where it stood.
+struct WorkloadTime {
   double seconds = 0;
+  bool stopped = false;
+};
+constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+WorkloadTime TimeWorkload(Stepper& stepper, int untimed, double untimedBudget = kUnbounded, double budget = kUnbounded) {
+  constexpr int64_t kRows = 8, kPrompt = 16, kSteps = 8;
+  WorkloadTime time;
   for (int run = 0; run <= untimed; ++run) {
+    const double limit = run < untimed ? untimedBudget : budget;
     const auto start = std::chrono::steady_clock::now();
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     stepper.Begin(kRows);
     at::Tensor idx = ProbeTokens(kRows, kPrompt);
     at::Tensor pos = at::zeros({kRows}, at::kLong);
     at::Tensor lengths = at::full({kRows}, kPrompt, at::kLong);
+    bool stopped = false;
     for (int64_t step = 0; step <= kSteps; ++step) {
       at::Tensor logits = stepper.Step(idx, pos, lengths).to(at::kCPU);
       pos = pos + lengths;
       idx = logits.to(at::kFloat).argmax(1, true);
       lengths = at::ones({kRows}, at::kLong);
+      if (step < kSteps && elapsed() > limit) {
+        stopped = true;
+        break;
+      }
     }
     stepper.End();
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    time.seconds = elapsed();
+    // An untimed run past its budget stops the timing too: the timed run would follow it.
+    if (stopped || (run < untimed && time.seconds > limit)) {
+      time.stopped = true;
+      return time;
+    }
   }
-  return seconds;
+  return time;
 }
 
 // Whether the TorchScript runtime computes this checkpoint in float32: a 16-bit checkpoint on
@@ -317,19 +337,29 @@ bool FastBf16Matmul() {
 
 bool NeedsTiming(const std::string& family) { return family == "baseline"; }
 
+// The TorchScript forward serves only when clearly faster: timings at load move by a few
+// percent with the neighbours, and a wrong flip to it costs more than one to native.
+constexpr double kScriptMargin = 1.2;
+double ScriptBudget(double nativeSeconds) { return nativeSeconds / kScriptMargin; }
+double ScriptWarmupBudget(double nativeSeconds) { return 3 * nativeSeconds; }
+
 RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings) {
   if (!NeedsTiming(family)) {
     return {true, "native runtime, " + family +
                       " kernels: 1.3-12x the TorchScript forward's decode at every batch size on this family, "
                       "and at par or ahead in prefill"};
   }
-  // The TorchScript forward serves only when clearly faster: timings at load move by a few
-  // percent with the neighbours, and a wrong flip to it costs more than one to native.
-  constexpr double kMargin = 1.2;
-  char figures[160];
+  char figures[200];
+  if (timings.scriptStopped) {
+    std::snprintf(figures, sizeof figures,
+                  "a short workload took %.1f ms native (%s kernels); TorchScript was stopped %.1f ms into a run of "
+                  "it, once it could no longer be chosen",
+                  timings.native * 1e3, family.c_str(), timings.script * 1e3);
+    return {true, std::string("native runtime: ") + figures};
+  }
   std::snprintf(figures, sizeof figures, "a short workload took %.1f ms native (%s kernels), %.1f ms TorchScript",
                 timings.native * 1e3, family.c_str(), timings.script * 1e3);
-  if (timings.native > 0 && timings.script > 0 && timings.script * kMargin < timings.native) {
+  if (timings.native > 0 && timings.script > 0 && timings.script < ScriptBudget(timings.native)) {
     return {false, std::string("TorchScript runtime: ") + figures};
   }
   return {true, std::string("native runtime: ") + figures};
@@ -372,7 +402,8 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       const std::string scriptSettings = ScriptSettings(request);
       std::optional<RuntimeVerdict> rememberedDecision;
       if (timed && verdict && verdict->timing && verdict->timing->settings == scriptSettings) {
-        rememberedDecision = DecideRuntime(kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script});
+        rememberedDecision = DecideRuntime(
+            kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script, verdict->timing->scriptStopped});
       }
       std::unique_ptr<Stepper> native;
       if (verdict) {
@@ -425,11 +456,16 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
           // after an untimed run: its profiling executor optimises on its first calls. The
           // native runtime has none to pay (ModelCore::Configure); its untimed run was 40 s of
           // a 1B Q8_0 first load.
-          timings.native = TimeWorkload(*native, 0);
-          timings.script = TimeWorkload(*candidate, 1);
+          // The TorchScript runs stop once that runtime can no longer be chosen (ScriptBudget):
+          // the choice is the same, and a first load no longer waits for the rest of them.
+          timings.native = TimeWorkload(*native, 0).seconds;
+          const WorkloadTime script =
+              TimeWorkload(*candidate, 1, ScriptWarmupBudget(timings.native), ScriptBudget(timings.native));
+          timings.script = script.seconds;
+          timings.scriptStopped = script.stopped;
           clock.Lap("timing");
           decision = DecideRuntime(kernels.name, timings);
-          verdict->timing = CheckTiming{scriptSettings, timings.native, timings.script};
+          verdict->timing = CheckTiming{scriptSettings, timings.native, timings.script, timings.scriptStopped};
           std::string error;
           if (!cache.Remember(*verdict, error) && !error.empty()) {
             decision.reason += " (the timing could not be remembered: " + error + ")";

@@ -233,12 +233,15 @@ export interface RawAddon {
   readonly nativeArchitectures: readonly string[];
   /**
    * The rule runtime "auto" applies once the native forward agrees with the checkpoint's:
-   * whether `family` is timed at load, and the choice given these timings of both runtimes.
+   * whether `family` is timed at load, and the choice given these timings of both runtimes
+   * (`scriptStopped`: the TorchScript run was stopped once it could no longer be chosen, so
+   * `scriptSeconds` is where it stood).
    */
   decideRuntime(
     family: KernelFamily,
     nativeSeconds?: number,
     scriptSeconds?: number,
+    scriptStopped?: boolean,
   ): { runtime: "native" | "torchscript"; timed: boolean; reason: string };
   cudaAvailable(): boolean;
   cudaDeviceCount(): number;

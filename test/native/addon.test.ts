@@ -65,6 +65,10 @@ describe("native addon", function () {
       // Within the margin (timings at load move with the machine's load), native keeps serving.
       expect(addon.decideRuntime("baseline", 0.010, 0.009).runtime).to.equal("native");
       expect(addon.decideRuntime("baseline", 0.005, 0.010).runtime).to.equal("native");
+      // A TorchScript run stopped once it could no longer be chosen: native, and the note says so.
+      const stopped = addon.decideRuntime("baseline", 0.010, 0.0085, true);
+      expect(stopped.runtime).to.equal("native");
+      expect(stopped.reason).to.include("TorchScript was stopped 8.5 ms into a run of it");
     });
 
     it("on a real load, applies the rule for the family it runs and names it in the note", async () => {
@@ -74,9 +78,13 @@ describe("native addon", function () {
         for (const family of addon.kernelFamilies) {
           const choice = await model.configure({ ...settings, runtime: "auto", kernels: family });
           if (family === "baseline") {
-            // Either runtime may win the timing; the note must give both figures, and the
+            // Either runtime may win the timing; the note must give both figures (or where the
+            // TorchScript run stopped, once it could no longer win: native then), and the
             // kernels are reported only when the native runtime serves.
-            expect(choice.note).to.match(/a short workload took [\d.]+ ms native \(baseline kernels\), [\d.]+ ms TorchScript/);
+            expect(choice.note).to.match(
+              /a short workload took [\d.]+ ms native \(baseline kernels\)(, [\d.]+ ms TorchScript|; TorchScript was stopped [\d.]+ ms into a run of it)/,
+            );
+            if (choice.note!.includes("stopped")) expect(choice.runtime).to.equal("native");
             expect(choice.kernels).to.equal(choice.runtime === "native" ? "baseline" : undefined);
           } else {
             expect(choice.runtime).to.equal("native");

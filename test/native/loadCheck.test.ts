@@ -86,22 +86,25 @@ describe("load-time check: remembered verdicts", function () {
   it("times the runtimes once on the baseline family: later loads take the remembered timing, other TorchScript settings time again", async () => {
     const cache = join(dir, "cache-timing");
     const settings = { runtime: "auto", kernels: "baseline", loadCheckCache: cache } as const;
-    const workload = /a short workload took ([\d.]+) ms native \(baseline kernels\), ([\d.]+) ms TorchScript/;
+    // Both runs timed, or the TorchScript one stopped once it could no longer be chosen.
+    const workload =
+      /a short workload took [\d.]+ ms native \(baseline kernels\)(, [\d.]+ ms TorchScript|; TorchScript was stopped [\d.]+ ms into a run of it, once it could no longer be chosen)/;
     const first = await load(checkpoint, settings);
     expect(first.choice.note).to.match(workload);
     expect(first.choice.phases).to.have.property("timing");
     // A TorchScript forward the timing chose has run its first calls there: no warm-up after.
     if (first.choice.runtime === "torchscript") expect(first.choice.phases).to.not.have.property("warm-up");
-    const figures = workload.exec(first.choice.note!)!.slice(1);
+    const [figures, how] = workload.exec(first.choice.note!)!;
+    if (how!.includes("stopped")) expect(first.choice.runtime).to.equal("native");
     const [file] = readdirSync(cache);
-    expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=auto,optimize=auto [\d.e-]+ [\d.e-]+$/m);
+    expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=auto,optimize=auto [\d.e-]+ [\d.e-]+( stopped)?$/m);
     const checked = /^verdict agrees \S+ (\S+)$/m;
     expect(checked.exec(readFileSync(join(cache, file!), "utf8"))).to.not.equal(null);
 
     const later = await load(checkpoint, settings);
     expect(later.choice.phases).to.not.have.property("timing");
     expect(later.choice.runtime).to.equal(first.choice.runtime);
-    expect(later.choice.note).to.include(`took ${figures[0]} ms native (baseline kernels), ${figures[1]} ms TorchScript`);
+    expect(later.choice.note).to.include(figures);
     expect(later.choice.note).to.include("remembered with the verdict");
     expect(later.tokens).to.deep.equal(first.tokens);
 
@@ -126,6 +129,12 @@ describe("load-time check: remembered verdicts", function () {
     expect(scripted.choice.phases).to.not.have.property("pack");
     expect(scripted.choice.phases).to.have.property("warm-up"); // chosen untimed: its first calls run at configure
     expect(scripted.tokens).to.have.length(6);
+    // A remembered timing whose TorchScript run was stopped serves native and says so.
+    writeFileSync(join(cache, file!), text.replace(/^timing (\S+) .*$/m, "timing $1 0.01 0.009 stopped"));
+    const stopped = await load(checkpoint, { ...settings, torchscriptOptimize: "off" });
+    expect(stopped.choice.runtime).to.equal("native");
+    expect(stopped.choice.note).to.match(/^native runtime: a short workload took 10\.0 ms native \(baseline kernels\); TorchScript was stopped 9\.0 ms into a run of it, once it could no longer be chosen \(timed at an earlier load/);
+    expect(stopped.choice.phases).to.not.have.property("timing");
     // A timing line that does not parse is timed again; the verdict stands.
     writeFileSync(join(cache, file!), text.replace(/^timing .*$/m, "timing garbled"));
     const garbled = await load(checkpoint, settings);
