@@ -539,17 +539,11 @@ uint16_t FloatToHalf(float value) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
 }
 
-float HalfToFloat(uint16_t half) {
+float HalfToFloatRare(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
   const uint32_t magnitude = half & 0x7fff;
   uint32_t bits;
-  const uint32_t exponent = magnitude >> 10;
-  if (exponent != 0 && exponent != 0x1f) {
-    // A normal number (every scale a quantized block holds but zero): the exponent rebased from
-    // 15 to 127 and the mantissa moved up, exactly. The baseline family converts each block's
-    // scale here, so this is its hot path, not ldexp.
-    bits = sign | ((magnitude << 13) + ((127 - 15) << 23));
-  } else if (magnitude >= 0x7c00) {
+  if (magnitude >= 0x7c00) {
     bits = sign | 0x7f800000 | ((magnitude & 0x3ff) << 13);
   } else {
     float value = static_cast<float>(magnitude >> 10 ? (0x400 | (magnitude & 0x3ff)) : magnitude) *

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -184,7 +185,18 @@ WeightType WeightTypeOf(const std::string& dtype);
 // IEEE half and bfloat16 conversions (round to nearest even), for packing and tests.
 uint16_t FloatToBf16(float value);
 uint16_t FloatToHalf(float value);
-float HalfToFloat(uint16_t half);
+float HalfToFloatRare(uint16_t half);  // zero, subnormals, infinities and NaN (HalfToFloat)
+inline float HalfToFloat(uint16_t half) {
+  const uint32_t exponent = half & 0x7c00u;
+  if (exponent == 0 || exponent == 0x7c00u) return HalfToFloatRare(half);
+  // A normal number (every scale a quantized block holds but zero): the exponent rebased from
+  // 15 to 127 and the mantissa moved up, exactly. Inline: the baseline family converts each
+  // quantized block's scale here (an out-of-line call, then ldexp, was 8% of its decode step).
+  const uint32_t bits = (static_cast<uint32_t>(half & 0x8000u) << 16) | ((static_cast<uint32_t>(half & 0x7fffu) << 13) + (112u << 23));
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
 
 enum class Epilogue {
   Store,      // Y = X W^T + b

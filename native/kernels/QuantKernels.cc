@@ -377,12 +377,10 @@ namespace tsn::amx {
 #undef TSN_Q_AVX512
 #undef TSN_Q_AVX2
 
-// The baseline family: SSE2's integer products where the compiler targets x86-64 (every such
-// CPU has SSE2), the portable loops elsewhere.
-#ifdef __SSE2__
-#define TSN_Q_SSE2
+// The baseline family: SSE2's integer products (part of x86-64 itself: every such CPU has it).
+#ifndef __SSE2__
+#error "the baseline family's quantized products are written for SSE2 (x86-64)"
 #endif
 namespace tsn::baseline {
 #include "kernels/QuantKernelsBody.inc"
 }  // namespace tsn::baseline
-#undef TSN_Q_SSE2
