@@ -340,8 +340,14 @@ bool NeedsTiming(const std::string& family) { return family == "baseline"; }
 // The TorchScript forward serves only when clearly faster: timings at load move by a few
 // percent with the neighbours, and a wrong flip to it costs more than one to native.
 constexpr double kScriptMargin = 1.2;
+namespace {
+// How long the TorchScript forward's timed run may take and still be chosen (the margin under
+// the native runtime's time), and how long its untimed first run may take before the timing
+// stops it (its profiling executor's first calls cost more than later ones, but a first run
+// past this would have to shrink several-fold to win).
 double ScriptBudget(double nativeSeconds) { return nativeSeconds / kScriptMargin; }
 double ScriptWarmupBudget(double nativeSeconds) { return 3 * nativeSeconds; }
+}  // namespace
 
 RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings) {
   if (!NeedsTiming(family)) {

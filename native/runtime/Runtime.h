@@ -69,13 +69,6 @@ struct RuntimeTimings {
   bool scriptStopped = false;
 };
 
-// How long the TorchScript forward's timed run may take and still be chosen (DecideRuntime's
-// margin under the native runtime's time), and how long its untimed first run may take before
-// the timing stops it (its profiling executor's first calls cost more than later ones, but a
-// first run past this would have to shrink several-fold to win).
-double ScriptBudget(double nativeSeconds);
-double ScriptWarmupBudget(double nativeSeconds);
-
 struct RuntimeVerdict {
   bool native = true;
   std::string reason;
