@@ -213,8 +213,12 @@ void AddNote(std::string& note, const std::string& text) { note += (note.empty()
 // SERVICE_TORCHSCRIPT_DEQUANTIZE asks for it ("auto": on a GPU), saying so in `note` (a float
 // checkpoint has no quantized module: nothing to do). Off the CPU nothing else reads the
 // quantized rows, so they are released.
+bool ScriptDequantizesEveryCall(const LoadedModel& model, const RuntimeRequest& request) {
+  return request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu());
+}
+
 void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request, std::string& note) {
-  if (request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu())) return;
+  if (ScriptDequantizesEveryCall(model, request)) return;
   const Dequantized done = DequantizeOnce(*model.module, !model.device.is_cpu());
   if (done.modules > 0) {
     char text[160];
@@ -404,7 +408,13 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       // Where "auto" times the runtimes (NeedsTiming), the timing is remembered with the
       // verdict, for the TorchScript runtime's settings it ran with; a remembered verdict
       // without one (or with other settings) is timed again and remembered with it.
-      const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name);
+      // A quantized checkpoint whose TorchScript forward dequantizes every weight on every call
+      // is not timed: that forward decoded 2.5x (8 rows) to 11x (1 row) slower than the
+      // baseline family's integer products on a 1B Q8_0 model, with libtorch's AVX-512 matmuls
+      // against SSE2, and its prefill was within 1.1x of them; the timing took a minute of
+      // that model's first load.
+      const bool untimedQuantized = quantized && ScriptDequantizesEveryCall(model, request);
+      const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name) && !untimedQuantized;
       const std::string scriptSettings = ScriptSettings(request);
       std::optional<RuntimeVerdict> rememberedDecision;
       if (timed && verdict && verdict->timing && verdict->timing->settings == scriptSettings) {
@@ -441,6 +451,11 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
         RuntimeVerdict decision;
         if (request.runtime == "native") {
           decision.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
+        } else if (!timed && NeedsTiming(kernels.name)) {
+          decision = {true, "native runtime, " + std::string(kernels.name) +
+                                " kernels: not timed, as the TorchScript forward of a quantized checkpoint dequantizes "
+                                "every weight on every call on the CPU (SERVICE_TORCHSCRIPT_DEQUANTIZE=once has it "
+                                "timed)"};
         } else if (!timed) {
           decision = DecideRuntime(kernels.name, RuntimeTimings{});
         } else if (rememberedDecision) {

@@ -173,6 +173,32 @@ describe("load-time check: remembered verdicts", function () {
     expect(difference, "a wrong config moves logits far past the quantized tolerance").to.be.above(0.3);
   });
 
+  it("serves a quantized checkpoint natively on the baseline family untimed, unless TorchScript would dequantize once", async () => {
+    const { file: quantized, dtype } = nativeFixtureSet()["llama-wide-q4_k_m"]!;
+    const cache = join(dir, "cache-quantized-timing");
+    const settings = { runtime: "auto", kernels: "baseline", dtype, loadCheckCache: cache } as const;
+    const untimed = await load(quantized, settings);
+    expect(untimed.choice.runtime).to.equal("native");
+    expect(untimed.choice.kernels).to.equal("baseline");
+    expect(untimed.choice.note).to.match(/^native runtime, baseline kernels: not timed, as the TorchScript forward of a quantized checkpoint dequantizes every weight on every call/);
+    expect(untimed.choice.phases).to.not.have.property("timing");
+    const [file] = readdirSync(cache);
+    expect(readFileSync(join(cache, file!), "utf8")).to.not.match(/^timing /m);
+    // Dequantized once, TorchScript holds float32 weights and may be faster: the runtimes are timed.
+    const once = await load(quantized, { ...settings, torchscriptDequantize: "once" });
+    expect(once.choice.phases).to.have.property("timing");
+    expect(once.choice.note).to.match(/a short workload took [\d.]+ ms native \(baseline kernels\)/);
+    expect(readFileSync(join(cache, file!), "utf8")).to.match(/^timing compute=auto,dequantize=once,optimize=auto /m);
+    // On a SIMD family nothing is timed, dequantized once or not.
+    const simd = addon.kernelFamilies.find((family) => family !== "baseline");
+    if (simd !== undefined) {
+      const fast = await load(quantized, { ...settings, kernels: simd, torchscriptDequantize: "once" });
+      expect(fast.choice.runtime).to.equal("native");
+      expect(fast.choice.phases).to.not.have.property("timing");
+    }
+    expect(untimed.tokens).to.have.length(6);
+  });
+
   it("checks an archive that differs by one byte (its config.json) again", async () => {
     const cache = join(dir, "cache-edit");
     await load(checkpoint, { runtime: "native", loadCheckCache: cache });
