@@ -200,6 +200,31 @@ bool ScriptWidens(const LoadedModel& model, const RuntimeRequest& request) {
   return request.scriptCompute == "auto" && (request.dtype == at::kHalf || !FastBf16Matmul());
 }
 
+bool ScriptDequantizesEveryCall(const LoadedModel& model, const RuntimeRequest& request) {
+  return request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu());
+}
+
+// Why the baseline family's timing leaves the TorchScript forward out (empty where it times
+// it). That forward of a quantized checkpoint dequantizes every weight on every call on the
+// CPU: on a 1B Q8_0 model it decoded 2.5x (8 rows) to 11x (1 row) slower than the family's
+// SSE2 integer products, even with libtorch's AVX-512 matmuls, and prefilled within 1.1x of
+// them, and timing the two took a minute of the first load. A 16-bit checkpoint it computes
+// in float32 costs a float32 copy of the weights, twice their size: a second copy the native
+// runtime does not hold; on a 1B bf16 model it also decoded 1.6x (8 rows) to 4.7x (1 row)
+// slower, with OpenBLAS held to its SSE kernels (OPENBLAS_CORETYPE=Nehalem), and prefilled
+// 1.05x slower.
+std::string UntimedScript(const LoadedModel& model, const RuntimeRequest& request, bool quantized) {
+  if (quantized && ScriptDequantizesEveryCall(model, request)) {
+    return "the TorchScript forward of a quantized checkpoint dequantizes every weight on every call on the CPU "
+           "(SERVICE_TORCHSCRIPT_DEQUANTIZE=once has it timed)";
+  }
+  if (ScriptWidens(model, request)) {
+    return "the TorchScript forward would compute this 16-bit checkpoint in float32 on this CPU, holding a float32 "
+           "copy of its weights (SERVICE_TORCHSCRIPT_COMPUTE=checkpoint has it timed)";
+  }
+  return "";
+}
+
 std::shared_ptr<torch::jit::Module> FloatCopy(const LoadedModel& model) {
   auto copy = std::make_shared<torch::jit::Module>(model.module->clone());
   copy->to(at::kFloat);
@@ -213,10 +238,6 @@ void AddNote(std::string& note, const std::string& text) { note += (note.empty()
 // SERVICE_TORCHSCRIPT_DEQUANTIZE asks for it ("auto": on a GPU), saying so in `note` (a float
 // checkpoint has no quantized module: nothing to do). Off the CPU nothing else reads the
 // quantized rows, so they are released.
-bool ScriptDequantizesEveryCall(const LoadedModel& model, const RuntimeRequest& request) {
-  return request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu());
-}
-
 void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request, std::string& note) {
   if (ScriptDequantizesEveryCall(model, request)) return;
   const Dequantized done = DequantizeOnce(*model.module, !model.device.is_cpu());
@@ -408,13 +429,10 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       // Where "auto" times the runtimes (NeedsTiming), the timing is remembered with the
       // verdict, for the TorchScript runtime's settings it ran with; a remembered verdict
       // without one (or with other settings) is timed again and remembered with it.
-      // A quantized checkpoint whose TorchScript forward dequantizes every weight on every call
-      // is not timed: that forward decoded 2.5x (8 rows) to 11x (1 row) slower than the
-      // baseline family's integer products on a 1B Q8_0 model, with libtorch's AVX-512 matmuls
-      // against SSE2, and its prefill was within 1.1x of them; the timing took a minute of
-      // that model's first load.
-      const bool untimedQuantized = quantized && ScriptDequantizesEveryCall(model, request);
-      const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name) && !untimedQuantized;
+      // Where the TorchScript forward would hold the weights twice over or dequantize them on
+      // every call, it is not timed (UntimedScript): native serves.
+      const std::string untimed = UntimedScript(model, request, quantized);
+      const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name) && untimed.empty();
       const std::string scriptSettings = ScriptSettings(request);
       std::optional<RuntimeVerdict> rememberedDecision;
       if (timed && verdict && verdict->timing && verdict->timing->settings == scriptSettings) {
@@ -452,10 +470,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
         if (request.runtime == "native") {
           decision.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
         } else if (!timed && NeedsTiming(kernels.name)) {
-          decision = {true, "native runtime, " + std::string(kernels.name) +
-                                " kernels: not timed, as the TorchScript forward of a quantized checkpoint dequantizes "
-                                "every weight on every call on the CPU (SERVICE_TORCHSCRIPT_DEQUANTIZE=once has it "
-                                "timed)"};
+          decision = {true, "native runtime, " + std::string(kernels.name) + " kernels: not timed, as " + untimed};
         } else if (!timed) {
           decision = DecideRuntime(kernels.name, RuntimeTimings{});
         } else if (rememberedDecision) {

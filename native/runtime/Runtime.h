@@ -80,7 +80,9 @@ struct RuntimeVerdict {
 // it serves untimed; on the
 // baseline family (no AVX2: OpenBLAS may still be faster at prefill) both runtimes are timed
 // on a short workload and the faster one serves (the TorchScript one only when clearly
-// faster, so noise does not flip the choice).
+// faster, so noise does not flip the choice), except where the TorchScript forward would
+// dequantize every weight on every call or widen a 16-bit checkpoint to float32
+// (UntimedScript in Runtime.cc): native then serves untimed.
 bool NeedsTiming(const std::string& family);
 RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings);
 

@@ -199,6 +199,27 @@ describe("load-time check: remembered verdicts", function () {
     expect(untimed.tokens).to.have.length(6);
   });
 
+  it("serves a 16-bit checkpoint natively on the baseline family untimed where TorchScript would widen it to float32", async () => {
+    const cache = join(dir, "cache-widened-timing");
+    // float16 has no CPU matmul in torch 1.13: TorchScript computes it in float32 on every CPU.
+    const fp16 = nativeFixtureSet()["llama-gqa-fp16"]!;
+    const widened = await load(fp16.file, { runtime: "auto", kernels: "baseline", dtype: fp16.dtype, loadCheckCache: cache });
+    expect(widened.choice.runtime).to.equal("native");
+    expect(widened.choice.note).to.match(
+      /^native runtime, baseline kernels: not timed, as the TorchScript forward would compute this 16-bit checkpoint in float32 on this CPU, holding a float32 copy of its weights/,
+    );
+    expect(widened.choice.phases).to.not.have.property("timing");
+    // bf16 asked to compute in float32 likewise; left in its own dtype it is timed.
+    const bf16 = nativeFixtureSet()["llama-gqa-bf16"]!;
+    const settings = { runtime: "auto", kernels: "baseline", dtype: bf16.dtype, loadCheckCache: cache } as const;
+    const asked = await load(bf16.file, { ...settings, torchscriptCompute: "float32" });
+    expect(asked.choice.runtime).to.equal("native");
+    expect(asked.choice.phases).to.not.have.property("timing");
+    const own = await load(bf16.file, { ...settings, torchscriptCompute: "checkpoint" });
+    expect(own.choice.phases).to.have.property("timing");
+    expect(own.choice.note).to.match(/a short workload took [\d.]+ ms native \(baseline kernels\)/);
+  });
+
   it("checks an archive that differs by one byte (its config.json) again", async () => {
     const cache = join(dir, "cache-edit");
     await load(checkpoint, { runtime: "native", loadCheckCache: cache });
