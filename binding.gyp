@@ -14,6 +14,7 @@
         "NAPI_VERSION=8",
         "NODE_ADDON_API_CPP_EXCEPTIONS",
         "NODE_ADDON_API_DISABLE_DEPRECATED",
+        "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS",
         "<!@(node scripts/torch-paths.mjs --defines)"
       ],
       "cflags!": ["-fno-exceptions"],

@@ -3,7 +3,9 @@
  * token for token, alone and in mixed batches, and every failure is a coded, catchable error.
  */
 import { expect } from "chai";
-import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { loadAddon } from "../../src/native/binding.js";
@@ -400,6 +402,25 @@ describe("native addon", function () {
   });
 
   describe("lifecycle", () => {
+    it("a process that exits while a worker thread still loads the addon exits with its own code", () => {
+      // npm start preloads the addon on a worker thread, and a bad configuration exits at once:
+      // an error raised in the worker's shutting-down environment once aborted the process.
+      const binding = join(repoRoot, "dist", "src", "native", "binding.js");
+      const dir = mkdtempSync(join(tmpdir(), "tsn-exit-"));
+      try {
+        for (const delayMs of [0, 50, 150, 300]) {
+          // A module file: under -e the worker's load did not overlap the exit.
+          const script = join(dir, `exit-${delayMs}.mjs`);
+          writeFileSync(script, `import { preloadAddon } from ${JSON.stringify(binding)};\nvoid preloadAddon();\nsetTimeout(() => process.exit(2), ${delayMs});\n`);
+          const run = spawnSync(process.execPath, [script], { encoding: "utf8" });
+          expect({ status: run.status, signal: run.signal }, `${delayMs} ms: ${run.stderr}`).to.deep.equal({ status: 2, signal: null });
+          expect(run.stderr, `${delayMs} ms`).to.not.include("terminate called");
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
     it("leaks no handles or threads over load / generate / dispose cycles", async () => {
       const cycle = async () => {
         const model = await addon.loadLanguageModel(fixture("tiny-gpt.pt"), { device: "cpu", threads: 2 });
