@@ -3,6 +3,9 @@
  * `npm start`: both applications with the models named by the environment (the demo models
  * when unset), structured JSON logs, graceful shutdown on SIGTERM/SIGINT.
  */
+// First: libtorch loads on a worker thread while the modules below are evaluated.
+import "./native/preloadAtStart.js";
+
 import { pino } from "pino";
 
 import { ServingError } from "./errors.js";

@@ -25,24 +25,27 @@ export function addonCandidates(env: NodeJS.ProcessEnv = process.env): string[] 
 }
 
 let cached: RawAddon | undefined;
+let preloading: Promise<void> | undefined;
 
 /**
  * Loads the addon on a worker thread, so this thread can work meanwhile: the dynamic loader and
  * libtorch's static initialisers take 0.45-0.7 s, once per process. A loadAddon() after it finds
  * the library already in the process (each thread then only initialises its own exports).
  * Resolves, never rejects, once the worker is done: a failure is loadAddon()'s to report, with
- * its fixes.
+ * its fixes. A second call while one is under way waits for the same worker.
  */
 export function preloadAddon(): Promise<void> {
   if (cached) return Promise.resolve();
+  if (preloading) return preloading;
   setLoadEnvironment();
   const candidate = addonCandidates().find((path) => existsSync(path));
   if (candidate === undefined) return Promise.resolve();
-  return new Promise((done) => {
+  preloading = new Promise((done) => {
     const worker = new Worker('require(require("node:worker_threads").workerData)', { eval: true, workerData: candidate });
     worker.once("error", () => done());
     worker.once("exit", () => done());
   });
+  return preloading;
 }
 
 function setLoadEnvironment(): void {
