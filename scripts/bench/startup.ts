@@ -1,7 +1,8 @@
 /**
  * Time to ready of `npm start`: from spawning `node dist/src/server.js` to both applications
  * logging that they serve, for this build and an older one (--before) side by side, rounds
- * alternating (this machine is shared: compare the ratio).
+ * alternating (this machine is shared: compare the ratio). Results go to
+ * .cache/bench/startup-latest.json.
  *
  *   node dist/scripts/bench/startup.js --before dist-before [--ckpt .cache/bench/models/llama-1b-q8_0.pt] [--rounds 5] [--quick]
  *
@@ -17,6 +18,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
+import { machineFacts } from "./lib/machine.js";
+import { writeResults } from "./lib/results.js";
 import { median } from "./lib/stats.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -107,3 +110,5 @@ for (const arm of ["before", "this"] as const) {
   console.log(`| ${arm === "before" ? `before (${args.before})` : "this"} | ${median(times[arm]).toFixed(2)} | ${fmt(times[arm])} | ${described} |`);
 }
 console.log(`this / before: ${(median(times.this) / median(times.before)).toFixed(2)}x the time to ready`);
+const file = writeResults("startup", { machine: machineFacts(), ckpt: args.ckpt ?? null, before: args.before, rounds, times, phases });
+console.log(`results: ${file}`);
