@@ -12,12 +12,12 @@
  * start after an arm's first is a later load (its check remembered), as a restart in production
  * is: the first round is not counted.
  */
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
+import { Child } from "./lib/child.js";
 import { machineFacts } from "./lib/machine.js";
 import { writeResults } from "./lib/results.js";
 import { median } from "./lib/stats.js";
@@ -52,39 +52,27 @@ interface Start {
   loadSeconds: Record<string, number> | undefined;
 }
 
-/** Spawns one server, resolves once both apps log that they serve, then stops it. */
-function startOnce(server: string): Promise<Start> {
-  return new Promise((done, fail) => {
-    const env = { ...process.env, PORT: "0", RECSYS_PORT: "0", LOG_LEVEL: "info", ...(args.ckpt ? { SERVICE_CKPT: resolve(args.ckpt) } : {}) };
-    const started = performance.now();
-    const child = spawn(process.execPath, [server], { env, stdio: ["ignore", "pipe", "pipe"] });
-    let serving = 0;
-    let loadSeconds: Record<string, number> | undefined;
-    let buffered = "";
-    let stderr = "";
-    let result: Start | undefined;
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    child.stdout.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      let newline;
-      while ((newline = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, newline);
-        buffered = buffered.slice(newline + 1);
-        let record: { msg?: string; loadSeconds?: Record<string, number> };
-        try {
-          record = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (record.loadSeconds) loadSeconds = record.loadSeconds;
-        if (record.msg?.includes(" serving on ") && ++serving === 2) {
-          result = { readySeconds: (performance.now() - started) / 1000, loadSeconds };
-          child.kill("SIGTERM");
-        }
-      }
-    });
-    child.once("exit", (code) => (result ? done(result) : fail(new Error(`${server} exited (${code}) before serving: ${stderr.slice(-2000)}`))));
+/** Starts one server (lib/child.ts), times it until both apps log that they serve, then stops it. */
+async function startOnce(server: string): Promise<Start> {
+  let loadSeconds: Record<string, number> | undefined;
+  const serving = new Set<unknown>();
+  const started = performance.now();
+  const child = await Child.start({
+    name: server,
+    command: process.execPath,
+    args: [server],
+    env: { PORT: "0", RECSYS_PORT: "0", LOG_LEVEL: "info", ...(args.ckpt ? { SERVICE_CKPT: resolve(args.ckpt) } : {}) },
+    onJson(line) {
+      if (line.loadSeconds) loadSeconds = line.loadSeconds as Record<string, number>;
+    },
+    ready(line) {
+      if (typeof line.url === "string") serving.add(line.app); // "... serving on URL"
+      return serving.size === 2 ? true : undefined;
+    },
   });
+  const readySeconds = (performance.now() - started) / 1000;
+  await child.stop();
+  return { readySeconds, loadSeconds };
 }
 
 const times: Record<keyof typeof arms, number[]> = { before: [], this: [] };
