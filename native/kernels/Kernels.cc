@@ -167,6 +167,14 @@ bool CpuHasAvx512() {
   return has;
 }
 
+bool CpuIsIntel() {
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+}
+
 void AdviseHugePages(void* memory, size_t bytes) {
   // Only whole 2 MiB pages inside the block; the kernel backs them with huge pages where
   // transparent huge pages are enabled ("always" or "madvise"), else this does nothing.

@@ -263,4 +263,8 @@ std::vector<std::string> SupportedKernelFamilies();
 // CPUs and to lose on an AVX2-only one, whatever family runs.
 bool CpuHasAvx512();
 
+// Whether this CPU is Intel's (read once): the avx2 family's interleaved Q4_K products then
+// load each row's activations where AMD's run faster shuffling them out (DotQ4KGroup).
+bool CpuIsIntel();
+
 }  // namespace tsn
