@@ -507,7 +507,7 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
 bool FamilyRegroups(const KernelSet& family, WeightType type) {
   const std::string name = family.name;
   if (name == "baseline") return false;
-  if (type == WeightType::Q4_K) return name == "avx2";
+  if (type == WeightType::Q4_K) return true;  // every SIMD family (DotQ4KGroup, DotQ4KGroupPair)
   return IsBlock32(type);
 }
 

@@ -250,7 +250,7 @@ struct KernelSet {
 const KernelSet& SelectKernels(const std::string& cap);
 
 // Whether the native runtime's `family` rewrites rows of `type` into a layout of its own at load
-// (DecoderStepper::OwnWeights): Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2. Such
+// (DecoderStepper::OwnWeights): Q8_0, Q4_0, Q5_0 and Q4_K on every SIMD family. Such
 // rows are read into memory rather than from a mapping of the checkpoint (a rewrite of mapped
 // rows costs a fresh page each).
 bool FamilyRegroups(const KernelSet& family, WeightType type);

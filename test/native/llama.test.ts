@@ -158,18 +158,18 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             dtype: checkpoint.dtype,
             modelConfig: config,
             // As TorchEngine configures it: the native runtime then owns the weights, and the
-            // avx2 family interleaves Q4_K rows in groups of eight (its own products' layout).
+            // SIMD families interleave Q4_K rows in groups of eight (their products' own layout).
             releaseModuleWeights: runtime === "native",
           });
           expect(choice.runtime, choice.note).to.equal(runtime);
           if (kernels) expect(choice.kernels).to.equal(kernels);
-          // Q4_K rows on the avx2 family, Q8_0 rows on avx2 and avx512 (llama-gqa-q4_k_m has no
+          // Q4_K rows on every SIMD family, Q8_0 rows on avx2 and avx512 (llama-gqa-q4_k_m has no
           // Q4_K: its widths give it Q5_0 and Q8_0), Q4_0 and Q5_0 rows on every SIMD family, Q8_0
           // tile panels on amx and avx512_bf16; a tied head is not grouped.
           const groups: RegExp[] = [];
           if (runtime === "native" && choice.kernels !== "baseline") {
             const avx2 = choice.kernels === "avx2";
-            if (name === "llama-wide-q4_k_m" && avx2) groups.push(/Q4_K rows interleaved in \d+ groups/);
+            if (name === "llama-wide-q4_k_m") groups.push(/Q4_K rows interleaved in \d+ groups/);
             if (name === "llama-wide-q4_0" || name === "llama-gqa-q4_k_m") groups.push(/Q4_0\/Q5_0 rows interleaved in \d+ groups/);
             if ((name.endsWith("q8_0") || name === "llama-gqa-q4_k_m") && (avx2 || choice.kernels === "avx512")) {
               groups.push(/Q8_0 rows interleaved in \d+ groups/);
@@ -254,7 +254,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
             architecture: checkpoint.architecture,
             dtype: checkpoint.dtype,
             modelConfig: config,
-            releaseModuleWeights: true, // the avx2 family's interleaved Q4_K rows, as TorchEngine serves them
+            releaseModuleWeights: true, // the SIMD families' interleaved Q4_K rows, as TorchEngine serves them
           });
           // Prompts of 3 to 21 tokens cut from the cases' prompts, 6 new tokens each.
           const pool = checkpoint.cases.flatMap((c) => c.prompt_ids);
