@@ -507,7 +507,10 @@ int PackedLinear::Regroup(WeightType type, int width, uint8_t mark, Rewrite rewr
 bool FamilyRegroups(const KernelSet& family, WeightType type) {
   const std::string name = family.name;
   if (name == "baseline") return false;
-  if (type == WeightType::Q4_K) return true;  // every SIMD family (DotQ4KGroup, DotQ4KGroupPair)
+  // Q4_K: avx2 everywhere; the AVX-512 families on Intel CPUs, where their group kernel
+  // (DotQ4KGroupPair) was measured ahead of the rows' pair kernels. On Zen 5 the rows' kernels
+  // beat the 256-bit groups from two rows up, and the 512-bit ones have not run on AMD.
+  if (type == WeightType::Q4_K) return name == "avx2" || CpuIsIntel();
   return IsBlock32(type);
 }
 

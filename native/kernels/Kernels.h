@@ -250,7 +250,8 @@ struct KernelSet {
 const KernelSet& SelectKernels(const std::string& cap);
 
 // Whether the native runtime's `family` rewrites rows of `type` into a layout of its own at load
-// (DecoderStepper::OwnWeights): Q8_0, Q4_0, Q5_0 and Q4_K on every SIMD family. Such
+// (DecoderStepper::OwnWeights): Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2 and, on
+// Intel CPUs, on the AVX-512 families too. Such
 // rows are read into memory rather than from a mapping of the checkpoint (a rewrite of mapped
 // rows costs a fresh page each).
 bool FamilyRegroups(const KernelSet& family, WeightType type);
@@ -264,7 +265,8 @@ std::vector<std::string> SupportedKernelFamilies();
 bool CpuHasAvx512();
 
 // Whether this CPU is Intel's (read once): the avx2 family's interleaved Q4_K products then
-// load each row's activations where AMD's run faster shuffling them out (DotQ4KGroup).
+// load each row's activations where AMD's run faster shuffling them out (DotQ4KGroup), and the
+// AVX-512 families interleave Q4_K rows too (FamilyRegroups).
 bool CpuIsIntel();
 
 }  // namespace tsn

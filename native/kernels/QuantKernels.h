@@ -88,7 +88,7 @@ void Block32Values(WeightType type, const uint8_t* block, int8_t* out);
 // One weight row of k values of `type` -> floats.
 void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out);
 
-// Q4_K rows in groups of eight, interleaved (the SIMD families' layout; see
+// Q4_K rows in groups of eight, interleaved (avx2's layout, and Intel's AVX-512; see
 // PackedLinear::InterleaveQ4K): eight consecutive GGUF rows of the same width, rewritten in
 // place, super-block by super-block, so that one 256-bit register holds the same four values
 // of all eight rows and a product's lanes are the eight output columns (no horizontal sums,

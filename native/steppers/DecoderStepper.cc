@@ -193,9 +193,10 @@ int64_t DecoderStepper::SlotBudget() const {
 }
 
 std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
-  // Q4_K groups on every SIMD family (on the AVX-512 ones two groups a 512-bit register,
-  // DotQ4KGroupPair: kernels-ab on a Xeon, against the rows' pair kernels, 1.25-1.44x from 16
-  // rows on avx512, 1.02-1.30x on avx512_bf16; docs/benchmarks.md section 7); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
+  // Q4_K groups on avx2, and on Intel CPUs on the AVX-512 families (two groups a 512-bit
+  // register, DotQ4KGroupPair: kernels-ab on a Xeon, against the rows' pair kernels, 1.25-1.44x
+  // from 16 rows on avx512, 1.02-1.30x on avx512_bf16; docs/benchmarks.md section 7; see
+  // FamilyRegroups); Q8_0 groups on the avx2 and avx512 families (pmaddwd in place of the rows' sign
   // trick: 1.4-1.5x from six rows on avx2, 1.2-1.4x from twelve rows on avx512 with two rows to
   // a 512-bit register); Q8_0 tile panels on the VNNI families (avx512_bf16, amx), whose vpdpbusd
   // (and amx's tiles) read each block of sixteen columns as it lies (kernels-ab, avx512_bf16,

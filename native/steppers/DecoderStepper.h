@@ -33,9 +33,9 @@ class DecoderStepper : public Stepper {
   void CopyRow(int64_t from, int64_t to, int64_t positions) override;
   bool RetainsCache() const override { return true; }
   void End() override {}
-  // The Q4_K matrices' rows interleaved in groups of eight on every SIMD family
-  // (PackedLinear::InterleaveQ4K; avx2's products ran 1.03-1.38x faster, the AVX-512 families'
-  // from 16 rows 1.02-1.44x), the Q8_0 ones on the avx2
+  // The Q4_K matrices' rows interleaved in groups of eight on avx2, and on Intel CPUs on the
+  // AVX-512 families (PackedLinear::InterleaveQ4K; avx2's products ran 1.03-1.38x faster, the
+  // AVX-512 families' on a Xeon from 16 rows 1.02-1.44x), the Q8_0 ones on the avx2
   // and avx512 families (InterleaveQ8_0; 1.2-1.5x from six rows), and the Q4_0 and Q5_0 ones on
   // every SIMD family (InterleaveBlock32; 1.03-2.9x); docs/benchmarks.md section 7. A quantized
   // row two matrices share stays as it is.

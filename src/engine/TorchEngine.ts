@@ -84,7 +84,7 @@ export interface TorchEngineOptions {
   loadCheckCache?: string;
   /**
    * Where the native kernels' layout of the quantized rows they rewrite at load (Q8_0, Q4_0,
-   * Q5_0 and Q4_K on every SIMD family) is kept, one file per checkpoint and kernel family
+   * Q5_0 on every SIMD family, Q4_K on avx2 and on Intel's AVX-512) is kept, one file per checkpoint and kernel family
    * (SERVICE_LAYOUT_CACHE, docs/operations.md "Layout files"): a later load maps it instead of
    * reading those rows and rewriting them; the first serves them as they lie in the checkpoint
    * while it writes the file in the background, then from it (layoutWritten()). Default: nowhere

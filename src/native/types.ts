@@ -30,7 +30,7 @@ export interface RawLoadOptions {
   mapWeights?: boolean;
   /**
    * The kernel family cap configure() will be given ("auto" by default): the quantized rows its
-   * family lays out anew (Q8_0, Q4_0, Q5_0 and Q4_K on every SIMD family) are read into
+   * family lays out anew (Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2 and on Intel's AVX-512) are read into
    * memory rather than mapped, unless there is a `layoutCache`.
    */
   kernels?: KernelFamilyCap;

@@ -38,3 +38,14 @@ export function goldenFor(checkpoint: string): GoldenCheckpoint {
   if (!found) throw new Error(`no golden outputs for ${checkpoint}`);
   return found;
 }
+
+/**
+ * Whether the native runtime's `family` lays Q4_K rows out in interleaved groups at load (the
+ * addon's FamilyRegroups): avx2 everywhere, the AVX-512 families on Intel CPUs only (the CPU
+ * vendor as /proc/cpuinfo names it, which is what the addon's cpuid check reads).
+ */
+export function regroupsQ4K(family: string | undefined): boolean {
+  if (family === "avx2") return true;
+  if (family === undefined || family === "baseline") return false;
+  return /^vendor_id\s*:\s*GenuineIntel$/m.test(readFileSync("/proc/cpuinfo", "utf8"));
+}
