@@ -1,6 +1,6 @@
 // The native kernels' own layout of the quantized rows they rewrite at load (FamilyRegroups:
-// Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2 and Intel's AVX-512), kept in a file so that a later load
-// maps it where the rows would otherwise be read into fresh memory and rewritten (an 8B Q8_0
+// Q8_0, Q4_0 and Q5_0 on every SIMD family, Q4_K on avx2 and Intel's AVX-512), kept in a file
+// so that a later load maps it where the rows would otherwise be read into fresh memory and rewritten (an 8B Q8_0
 // load: 2.2-3.5x a cached read of the checkpoint that way, docs/benchmarks.md section 11).
 //
 // One file per checkpoint and kernel family in a directory the operator names
