@@ -169,6 +169,11 @@ bool CpuHasAvx512() {
 
 bool CpuIsIntel() {
   static const bool intel = [] {
+    // SERVICE_CPU_VENDOR (the server checks its value before loading anything): the other
+    // vendor's variants on this CPU, so that either can be timed or tested on one machine.
+    const char* vendor = std::getenv("SERVICE_CPU_VENDOR");
+    if (vendor != nullptr && std::strcmp(vendor, "intel") == 0) return true;
+    if (vendor != nullptr && std::strcmp(vendor, "amd") == 0) return false;
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;
   }();

@@ -266,7 +266,9 @@ bool CpuHasAvx512();
 
 // Whether this CPU is Intel's (read once): the avx2 family's interleaved Q4_K products then
 // load each row's activations where AMD's run faster shuffling them out (DotQ4KGroup), and the
-// AVX-512 families interleave Q4_K rows too (FamilyRegroups).
+// AVX-512 families interleave Q4_K rows too (FamilyRegroups). SERVICE_CPU_VENDOR=intel or amd
+// picks one vendor's variants whatever the CPU ("auto" or unset: the CPU's own). Either
+// variant runs on any CPU of the family: they differ in speed, not in instructions.
 bool CpuIsIntel();
 
 }  // namespace tsn

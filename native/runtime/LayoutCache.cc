@@ -121,7 +121,8 @@ pid_t Tidy(const std::string& dir, const std::string& file, const Header& mine) 
 
 LayoutName LayoutFileName(const std::string& dir, const std::string& digest, const std::string& family) {
   LayoutName name;
-  name.key = digest + " | " + AddonIdentity() + " | " + family;
+  // The vendor's variants decide which rows a family rewrites (FamilyRegroups): part of the key.
+  name.key = digest + " | " + AddonIdentity() + " | " + family + (CpuIsIntel() ? " | intel" : " | other");
   name.file = (std::filesystem::path(dir) / ("layout-" + c10::sha1(name.key).str() + ".bin")).string();
   return name;
 }

@@ -56,6 +56,12 @@ export interface EngineEnv {
   layoutCache: string | undefined;
   /** SERVICE_LOAD_CHECK: "cached" (default) trusts a remembered verdict; "always" checks on every load. */
   loadCheck: "cached" | "always";
+  /**
+   * SERVICE_CPU_VENDOR: whose measured kernel variants the native runtime runs: "auto" (default:
+   * the CPU's vendor), "intel" or "amd" (docs/operations.md). The addon reads the variable
+   * itself, once per process; it is checked here so that a wrong value stops the server.
+   */
+  cpuVendor: "auto" | "intel" | "amd";
 }
 
 /** The recommender's variables. */
@@ -175,6 +181,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     loadCheckCache: loadCheckCache(env),
     layoutCache: cacheDir(env, "SERVICE_LAYOUT_CACHE", "layouts"),
     loadCheck: oneOf(env, "SERVICE_LOAD_CHECK", ["cached", "always"] as const, "cached"),
+    cpuVendor: oneOf(env, "SERVICE_CPU_VENDOR", ["auto", "intel", "amd"] as const, "auto"),
   };
 }
 

@@ -37,7 +37,8 @@ export function engineOptions(settings: EngineEnv): TorchEngineOptions {
  * SERVICE_RUNTIME (default "auto"), SERVICE_KERNELS (default "auto"),
  * SERVICE_TORCHSCRIPT_COMPUTE, SERVICE_TORCHSCRIPT_DEQUANTIZE and SERVICE_TORCHSCRIPT_OPTIMIZE (default "auto"), SERVICE_KV_BUDGET_MB and SERVICE_STEP_TOKENS
  * (defaults: the engine's), SERVICE_PREFIX_CACHE and SERVICE_MMAP (default "on"), SERVICE_LOAD_CHECK_CACHE (default
- * the user's cache directory) and SERVICE_LOAD_CHECK (default "cached").
+ * the user's cache directory) and SERVICE_LOAD_CHECK (default "cached"). SERVICE_CPU_VENDOR is
+ * checked here but read by the addon from the process's own environment.
  */
 export async function createEngineFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<TorchEngine> {
   const settings = readEngineEnv(env);
