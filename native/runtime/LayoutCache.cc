@@ -121,8 +121,14 @@ pid_t Tidy(const std::string& dir, const std::string& file, const Header& mine) 
 
 LayoutName LayoutFileName(const std::string& dir, const std::string& digest, const std::string& family) {
   LayoutName name;
-  // The vendor's variants decide which rows a family rewrites (FamilyRegroups): part of the key.
-  name.key = digest + " | " + AddonIdentity() + " | " + family + (CpuIsIntel() ? " | intel" : " | other");
+  // The types the family lays out anew (FamilyRegroups, which the CPU's vendor, or
+  // SERVICE_CPU_VENDOR, changes for Q4_K on the AVX-512 families): another set is another layout.
+  std::string regrouped;
+  const KernelSet& kernels = SelectKernels(family);
+  for (int t = 0; t <= static_cast<int>(WeightType::Q5_0); ++t) {
+    if (FamilyRegroups(kernels, static_cast<WeightType>(t))) regrouped += " " + std::to_string(t);
+  }
+  name.key = digest + " | " + AddonIdentity() + " | " + family + " | regroups" + regrouped;
   name.file = (std::filesystem::path(dir) / ("layout-" + c10::sha1(name.key).str() + ".bin")).string();
   return name;
 }

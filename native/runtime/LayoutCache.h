@@ -6,7 +6,8 @@
 // One file per checkpoint and kernel family in a directory the operator names
 // (SERVICE_LAYOUT_CACHE), keyed like the load-time check's verdicts: the archive's digest (its
 // zip central directory: every entry's CRC-32 and size), the addon build, the family and the
-// vendor whose variants it runs (CpuIsIntel, which SERVICE_CPU_VENDOR can set). The
+// types it lays out anew (FamilyRegroups: Q4_K on the AVX-512 families depends on the CPU's
+// vendor, which SERVICE_CPU_VENDOR can set). The
 // first load maps those rows too and serves them as they lie (every family's products read the
 // GGUF rows as well); a thread of its own rewrites them into the file once the runtime is
 // configured, and the inference thread then takes the file's runs in place of the rows between
