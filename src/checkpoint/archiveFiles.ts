@@ -50,11 +50,67 @@ function zip64Values(extra: Buffer): number[] {
   return [];
 }
 
-/**
- * The named extra files of the TorchScript archive at `path`, as UTF-8 text (a name absent from
- * the archive is absent from the result); undefined where the file is not an archive this reads.
- */
-export function readArchiveExtraFiles(path: string, names: readonly string[]): Record<string, string> | undefined {
+interface DirectoryEntry {
+  name: string;
+  method: number;
+  compressed: number;
+  uncompressed: number;
+  local: number;
+}
+
+/** The zip's central directory, with zip64 values filled in; undefined where it is not one this reads. */
+function readDirectory(fd: number, size: number): DirectoryEntry[] | undefined {
+  if (size < 22) return undefined;
+  const tailLength = Math.min(size, 22 + 65535);
+  const tail = readAt(fd, size - tailLength, tailLength);
+  if (!tail) return undefined;
+  let end = -1;
+  for (let i = tailLength - 22; i >= 0; i--) {
+    if (tail.readUInt32LE(i) === END_OF_DIRECTORY) {
+      end = i;
+      break;
+    }
+  }
+  if (end < 0) return undefined;
+  let count = tail.readUInt16LE(end + 10);
+  let directorySize = tail.readUInt32LE(end + 12);
+  let directoryOffset = tail.readUInt32LE(end + 16);
+  if (count === 0xffff || directorySize === 0xffffffff || directoryOffset === 0xffffffff) {
+    if (end < 20 || tail.readUInt32LE(end - 20) !== ZIP64_LOCATOR) return undefined;
+    const record = readAt(fd, u64(tail, end - 20 + 8), 56);
+    if (!record || record.readUInt32LE(0) !== ZIP64_END) return undefined;
+    count = u64(record, 32);
+    directorySize = u64(record, 40);
+    directoryOffset = u64(record, 48);
+  }
+  if (!(directorySize > 0) || directorySize > 64 << 20 || !(directoryOffset + directorySize <= size)) return undefined;
+  const directory = readAt(fd, directoryOffset, directorySize);
+  if (!directory) return undefined;
+
+  const entries: DirectoryEntry[] = [];
+  for (let at = 0, i = 0; i < count && at + 46 <= directory.length; i++) {
+    if (directory.readUInt32LE(at) !== DIRECTORY_ENTRY) return undefined;
+    const method = directory.readUInt16LE(at + 10);
+    let compressed = directory.readUInt32LE(at + 20);
+    let uncompressed = directory.readUInt32LE(at + 24);
+    const nameLength = directory.readUInt16LE(at + 28), extraLength = directory.readUInt16LE(at + 30);
+    const commentLength = directory.readUInt16LE(at + 32);
+    let local = directory.readUInt32LE(at + 42);
+    const name = directory.toString("utf8", at + 46, at + 46 + nameLength);
+    const extra = directory.subarray(at + 46 + nameLength, at + 46 + nameLength + extraLength);
+    at += 46 + nameLength + extraLength + commentLength;
+    const values = zip64Values(extra);
+    let next = 0;
+    if (uncompressed === 0xffffffff) uncompressed = values[next++] ?? NaN;
+    if (compressed === 0xffffffff) compressed = values[next++] ?? NaN;
+    if (local === 0xffffffff) local = values[next++] ?? NaN;
+    entries.push({ name, method, compressed, uncompressed, local });
+  }
+  return entries;
+}
+
+/** Opens `path` for `read`, which gets the descriptor and the file's size; undefined on any failure. */
+function withFile<T>(path: string, read: (fd: number, size: number) => T | undefined): T | undefined {
   let fd: number;
   try {
     fd = openSync(path, "r");
@@ -62,56 +118,33 @@ export function readArchiveExtraFiles(path: string, names: readonly string[]): R
     return undefined;
   }
   try {
-    const size = fstatSync(fd).size;
-    if (size < 22) return undefined;
-    const tailLength = Math.min(size, 22 + 65535);
-    const tail = readAt(fd, size - tailLength, tailLength);
-    if (!tail) return undefined;
-    let end = -1;
-    for (let i = tailLength - 22; i >= 0; i--) {
-      if (tail.readUInt32LE(i) === END_OF_DIRECTORY) {
-        end = i;
-        break;
-      }
-    }
-    if (end < 0) return undefined;
-    let count = tail.readUInt16LE(end + 10);
-    let directorySize = tail.readUInt32LE(end + 12);
-    let directoryOffset = tail.readUInt32LE(end + 16);
-    if (count === 0xffff || directorySize === 0xffffffff || directoryOffset === 0xffffffff) {
-      if (end < 20 || tail.readUInt32LE(end - 20) !== ZIP64_LOCATOR) return undefined;
-      const record = readAt(fd, u64(tail, end - 20 + 8), 56);
-      if (!record || record.readUInt32LE(0) !== ZIP64_END) return undefined;
-      count = u64(record, 32);
-      directorySize = u64(record, 40);
-      directoryOffset = u64(record, 48);
-    }
-    if (!(directorySize > 0) || directorySize > 64 << 20 || !(directoryOffset + directorySize <= size)) return undefined;
-    const directory = readAt(fd, directoryOffset, directorySize);
-    if (!directory) return undefined;
+    return read(fd, fstatSync(fd).size);
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(fd);
+  }
+}
 
+/** The names of the zip archive's entries at `path`; undefined where it is not a zip this reads. */
+export function readArchiveEntryNames(path: string): string[] | undefined {
+  return withFile(path, (fd, size) => readDirectory(fd, size)?.map((entry) => entry.name));
+}
+
+/**
+ * The named extra files of the TorchScript archive at `path`, as UTF-8 text (a name absent from
+ * the archive is absent from the result); undefined where the file is not an archive this reads.
+ */
+export function readArchiveExtraFiles(path: string, names: readonly string[]): Record<string, string> | undefined {
+  return withFile(path, (fd, size) => {
+    const entries = readDirectory(fd, size);
+    if (!entries) return undefined;
     const wanted = new Set(names);
     const found: Record<string, string> = {};
-    let folder: string | undefined;
-    for (let at = 0, i = 0; i < count && at + 46 <= directory.length; i++) {
-      if (directory.readUInt32LE(at) !== DIRECTORY_ENTRY) return undefined;
-      const method = directory.readUInt16LE(at + 10);
-      let compressed = directory.readUInt32LE(at + 20);
-      let uncompressed = directory.readUInt32LE(at + 24);
-      const nameLength = directory.readUInt16LE(at + 28), extraLength = directory.readUInt16LE(at + 30);
-      const commentLength = directory.readUInt16LE(at + 32);
-      let local = directory.readUInt32LE(at + 42);
-      const name = directory.toString("utf8", at + 46, at + 46 + nameLength);
-      const extra = directory.subarray(at + 46 + nameLength, at + 46 + nameLength + extraLength);
-      at += 46 + nameLength + extraLength + commentLength;
-      folder ??= name.split("/")[0];
-      const prefix = `${folder}/extra/`;
+    const folder = entries[0]?.name.split("/")[0];
+    const prefix = `${folder}/extra/`;
+    for (const { name, method, compressed, uncompressed, local } of entries) {
       if (!name.startsWith(prefix) || !wanted.has(name.slice(prefix.length))) continue;
-      const values = zip64Values(extra);
-      let next = 0;
-      if (uncompressed === 0xffffffff) uncompressed = values[next++] ?? NaN;
-      if (compressed === 0xffffffff) compressed = values[next++] ?? NaN;
-      if (local === 0xffffffff) local = values[next++] ?? NaN;
       if (!(uncompressed <= MAX_ENTRY_BYTES) || !(compressed <= MAX_ENTRY_BYTES) || !(local + 30 <= size)) return undefined;
       const header = readAt(fd, local, 30);
       if (!header || header.readUInt32LE(0) !== LOCAL_HEADER) return undefined;
@@ -127,9 +160,5 @@ export function readArchiveExtraFiles(path: string, names: readonly string[]): R
       found[name.slice(prefix.length)] = bytes.toString("utf8");
     }
     return found;
-  } catch {
-    return undefined;
-  } finally {
-    closeSync(fd);
-  }
+  });
 }

@@ -6,6 +6,7 @@ import { EventEmitter, on } from "node:events";
 import { availableParallelism } from "node:os";
 
 import { readArchiveExtraFiles } from "../checkpoint/archiveFiles.js";
+import { rejectForeignCheckpoint } from "../checkpoint/foreignFormats.js";
 import { readAhead, verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
 import { loadAddon, preloadAddon } from "../native/binding.js";
@@ -172,6 +173,7 @@ export class TorchEngine implements TextGenerationEngine {
   ) {}
 
   static async load(path: string, options: TorchEngineOptions = {}): Promise<TorchEngine> {
+    rejectForeignCheckpoint(path, "language-model"); // a GGUF file, a Hugging Face directory, ...: named
     const started = performance.now();
     const phases: Record<string, number> = {};
     let lap = started;

@@ -8,6 +8,7 @@
  * so the fallback needs no model. Titles and histories for display: catalogue.ts.
  */
 import { Batcher } from "../batching/Batcher.js";
+import { rejectForeignCheckpoint } from "../checkpoint/foreignFormats.js";
 import { verifyChecksum } from "../checkpoint/verify.js";
 import { ServingError, asServingError } from "../errors.js";
 import { loadAddon } from "../native/binding.js";
@@ -118,6 +119,7 @@ export class TorchRecommender implements Recommender {
    * items once, and warms the scoring path up.
    */
   static async load(path: string, options: TorchRecommenderOptions = {}): Promise<TorchRecommender> {
+    rejectForeignCheckpoint(path, "recommender"); // a GGUF file, a directory, ...: named
     await verifyChecksum(path); // ERR_CHECKPOINT_NOT_FOUND, or ERR_CHECKPOINT_INVALID on a mismatch
     const addon = options.addon ?? (await loadAddon());
     let module: RawModule;
