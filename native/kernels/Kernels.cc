@@ -374,7 +374,7 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
                                                             std::to_string(BlockValues(t)));
     }
     quantBytes_ += RowBytes(t, k);
-    ++rowsOf_[static_cast<int>(t)];
+    ++(t == WeightType::Q5_K ? rowsOfQ5K_ : rowsOf_[static_cast<int>(t)]);
   }
   bias_.Resize(static_cast<size_t>(panels_) * 16);
   std::memset(bias_.get(), 0, sizeof(float) * bias_.size);
@@ -525,6 +525,7 @@ WeightType WeightTypeOf(const std::string& dtype) {
   if (dtype == "q6_k") return WeightType::Q6_K;
   if (dtype == "q4_0") return WeightType::Q4_0;
   if (dtype == "q5_0") return WeightType::Q5_0;
+  if (dtype == "q5_k") return WeightType::Q5_K;
   if (dtype == "bfloat16") return WeightType::BF16;
   if (dtype == "float16") return WeightType::F16;
   return WeightType::F32;

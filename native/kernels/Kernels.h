@@ -38,18 +38,20 @@ struct AlignedFloats {
 //         column c, the operand layout of AVX512_BF16's vdpbf16ps; widening the pair to two
 //         floats is a shift and a mask.
 //   F16:  panel[k * 16 + c] (16 halves, one vcvtph2ps).
-//   Q8_0, Q4_K, Q6_K, Q4_0, Q5_0: not packed: each output column's row is GGUF's, as the
+//   Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K: not packed: each output column's row is GGUF's, as the
 //         checkpoint stores it (see QuantKernels.h), read in place; the rows of one layer may
 //         mix types.
 // The 16-bit types need an even K (every real model's widths are); Q8_0, Q4_0 and Q5_0 a
-// multiple of 32, the K-quants of 256. (Q4_0 and Q5_0 come last so that kernels-ab.sh's base
-// build, from before them, reads the others' values alike.)
-enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 };
+// multiple of 32, the K-quants of 256. (Q4_0, Q5_0, then Q5_K come last so that kernels-ab.sh's
+// base build, from before them, reads the others' values alike.)
+enum class WeightType { F32, BF16, F16, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K };
 
 // The quantized types of 32-value blocks (their products share the Q8_0 activations).
 inline bool IsBlock32(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q5_0; }
 // The quantized types (GGUF rows read in place), as against the packed float ones.
-inline bool IsQuantized(WeightType t) { return IsBlock32(t) || t == WeightType::Q4_K || t == WeightType::Q6_K; }
+inline bool IsQuantized(WeightType t) {
+  return IsBlock32(t) || t == WeightType::Q4_K || t == WeightType::Q6_K || t == WeightType::Q5_K;
+}
 
 // Rewrites one run of rows (a group, or a tile panel) from their GGUF layout to the kernels'.
 using RewriteRun = std::function<void(const uint8_t* from, uint8_t* to)>;
@@ -141,7 +143,7 @@ class PackedLinear {
   int groupsOf(WeightType t) const { return groupsOf_[static_cast<int>(t)]; }
   // Rows of a quantized type outside interleaved groups (a product's passes over the columns
   // run only for the types it has: the 128K-column head of a Llama 3 is all Q6_K).
-  int rowsOf(WeightType t) const { return rowsOf_[static_cast<int>(t)]; }
+  int rowsOf(WeightType t) const { return t == WeightType::Q5_K ? rowsOfQ5K_ : rowsOf_[static_cast<int>(t)]; }
 
  private:
   struct FreeHalves {
@@ -160,12 +162,13 @@ class PackedLinear {
   // the members above where they are.
   std::vector<uint8_t> grouped_;
   int groups_ = 0;
-  int rowsOf_[8] = {};  // by WeightType
+  int rowsOf_[8] = {};  // by WeightType, but Q5_K's: rowsOfQ5K_
   int groupsOf_[8] = {};
   int tiles_ = 0;
   // Rows regrouped out of a mapping of the checkpoint (Regroup writes them here), or taken from a
   // layout file.
   std::vector<std::shared_ptr<const void>> regrouped_;
+  int rowsOfQ5K_ = 0;  // after everything a build from before Q5_K reads
 
   int Interleave(WeightType type, RegroupCache* cache);
   // The rows of `type` `width` at a time (columns c..c+width-1, c a multiple of width, whose rows
@@ -178,7 +181,8 @@ class PackedLinear {
 };
 
 // "float32" -> F32, "bfloat16" -> BF16, "float16" -> F16 (config.json "dtype"); "q8_0",
-// "q4_k", "q6_k", "q4_0", "q5_0" -> Q8_0, Q4_K, Q6_K, Q4_0, Q5_0 (a quantized module's qtype);
+// "q4_k", "q6_k", "q4_0", "q5_0", "q5_k" -> Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K (a quantized
+// module's qtype);
 // anything else -> F32 (a qtype of that is not one the native runtime implements).
 WeightType WeightTypeOf(const std::string& dtype);
 

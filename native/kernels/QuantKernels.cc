@@ -122,18 +122,22 @@ void DequantizeRow(WeightType type, const uint8_t* row, int k, float* out) {
       Block32Values(type, block, q);
       for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(q[j]);
     }
-  } else if (type == WeightType::Q4_K) {
+  } else if (type == WeightType::Q4_K || type == WeightType::Q5_K) {
+    const bool five = type == WeightType::Q5_K;
+    const int bytes = BlockBytes(type);
     for (int b = 0; b < k / 256; ++b) {
-      const uint8_t* block = row + b * 144;
+      const uint8_t* block = row + b * bytes;
       const float d = HalfAt(block), dmin = HalfAt(block + 2);
       uint8_t scalesMins[16];
       UnpackQ4KScales(block + 4, scalesMins);
-      const uint8_t* q = block + 16;
+      const uint8_t* qh = block + 16;  // Q5_K
+      const uint8_t* q = block + (five ? 48 : 16);
       float* y = out + b * 256;
       for (int j = 0; j < 8; ++j) {
         const float d1 = d * scalesMins[j], m1 = dmin * scalesMins[8 + j];
         for (int l = 0; l < 32; ++l) {
-          const int v = j % 2 == 0 ? q[32 * (j / 2) + l] & 0xF : q[32 * (j / 2) + l] >> 4;
+          int v = j % 2 == 0 ? q[32 * (j / 2) + l] & 0xF : q[32 * (j / 2) + l] >> 4;
+          if (five) v += ((qh[l] >> j) & 1) << 4;
           y[32 * j + l] = d1 * v - m1;
         }
       }

@@ -10,6 +10,8 @@
 //   Q4_K (144 bytes / 256): float16 d, float16 dmin, 12 bytes of 6-bit scales and mins of 8
 //        sub-blocks of 32 (ggml's get_scale_min_k4), 128 bytes of 4-bit q (sub-blocks 2i and
 //        2i+1 in the low and high nibbles of bytes 32i .. 32i+31); value = d * scale * q - dmin * min.
+//   Q5_K (176 bytes / 256): Q4_K's d, dmin and scales, then qh[32] (bit s of qh[l]: the fifth
+//        bit of value l of sub-block s), then Q4_K's 128 bytes of nibbles; q in 0..31.
 //   Q6_K (210 bytes / 256): 128 bytes of low 4 bits, 64 of high 2 bits, int8 scales[16] (one
 //        per 16 values), float16 d; value = d * scale * (q - 32).
 // All little-endian, as ggml writes them on every host it supports.
@@ -52,6 +54,7 @@ constexpr int BlockValues(WeightType type) {
     case WeightType::Q4_0:
     case WeightType::Q5_0: return 32;
     case WeightType::Q4_K:
+    case WeightType::Q5_K:
     case WeightType::Q6_K: return 256;
     default: return 1;
   }
@@ -62,6 +65,7 @@ constexpr int BlockBytes(WeightType type) {
     case WeightType::Q4_0: return 18;
     case WeightType::Q5_0: return 22;
     case WeightType::Q4_K: return 144;
+    case WeightType::Q5_K: return 176;
     case WeightType::Q6_K: return 210;
     default: return 0;
   }

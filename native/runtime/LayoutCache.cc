@@ -125,7 +125,7 @@ LayoutName LayoutFileName(const std::string& dir, const std::string& digest, con
   // SERVICE_CPU_VENDOR, changes for Q4_K on the AVX-512 families): another set is another layout.
   std::string regrouped;
   const KernelSet& kernels = SelectKernels(family);
-  for (int t = 0; t <= static_cast<int>(WeightType::Q5_0); ++t) {
+  for (int t = 0; t <= static_cast<int>(WeightType::Q5_K); ++t) {
     if (FamilyRegroups(kernels, static_cast<WeightType>(t))) regrouped += " " + std::to_string(t);
   }
   name.key = digest + " | " + AddonIdentity() + " | " + family + " | regroups" + regrouped;

@@ -1,0 +1,71 @@
+/**
+ * Kernel test programs (test/native/cpp/*.cc) built from the addon's own kernel sources with the
+ * compiler that builds the addon, unoptimised (what they check is the intrinsics' arithmetic,
+ * which -O0 keeps, and no second build of the addon is needed), and their per-family report
+ * checked: each program prints "FAMILY: N cases, 0 differ" or "FAMILY: skipped, not on this CPU".
+ */
+import { expect } from "chai";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+
+import { repoRoot } from "./fixtures.js";
+
+const require = createRequire(import.meta.url);
+
+/** Compiles test/native/cpp/`program` with the kernels' translation units into `dir`; returns the executable. */
+export async function buildKernelHarness(program: string, dir: string): Promise<string> {
+  const napi = execFileSync(process.execPath, [join(repoRoot, "scripts", "torch-paths.mjs"), "--node-addon-api"], {
+    encoding: "utf8",
+  }).trim();
+  const napiHeaders = join(dirname(require.resolve("node-api-headers/package.json")), "include");
+  const flags = ["-O0", "-std=c++17", "-Wno-psabi", `-I${join(repoRoot, "native")}`, `-I${napi}`, `-I${napiHeaders}`];
+  const units = [
+    join(repoRoot, "test", "native", "cpp", program),
+    join(repoRoot, "native", "kernels", "Kernels.cc"),
+    join(repoRoot, "native", "kernels", "ThreadTeam.cc"),
+    join(repoRoot, "native", "common", "MappedFile.cc"),
+  ];
+  const objects = units.map((_, i) => join(dir, `${i}.o`));
+  await Promise.all(
+    units.map(
+      (unit, i) =>
+        new Promise<void>((resolve, reject) => {
+          const child = spawn("g++", [...flags, "-c", unit, "-o", objects[i]!], { stdio: ["ignore", "ignore", "pipe"] });
+          let stderr = "";
+          child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+          child.on("error", reject);
+          child.on("close", (code: number) => (code === 0 ? resolve() : reject(new Error(`g++ ${unit}: ${stderr}`))));
+        }),
+    ),
+  );
+  // The Node-API functions the kernels' headers name are never called here: empty stubs.
+  const undefinedSymbols = execFileSync("nm", ["-u", ...objects], { encoding: "utf8" });
+  const napiSymbols = [...new Set(undefinedSymbols.split("\n").map((l) => l.trim().split(/\s+/).pop() ?? ""))].filter((s) =>
+    s.startsWith("napi_"),
+  );
+  writeFileSync(join(dir, "stubs.c"), napiSymbols.map((s) => `void ${s}(void) {}\n`).join(""));
+  execFileSync("gcc", ["-c", join(dir, "stubs.c"), "-o", join(dir, "stubs.o")]);
+  const executable = join(dir, "check");
+  execFileSync("g++", [...objects, join(dir, "stubs.o"), "-o", executable, "-lpthread"]);
+  return executable;
+}
+
+/**
+ * Runs the harness and holds its report: exit 0, every line a family's clean result or a skip,
+ * and every family this CPU can run (read apart from /proc/cpuinfo, so a harness that skipped
+ * one it could run fails) among those that ran.
+ */
+export function expectEveryFamilyClean(executable: string): void {
+  const run = spawnSync(executable, { encoding: "utf8" });
+  expect(run.status, `${run.stdout}${run.stderr}`).to.equal(0);
+  const lines = run.stdout.trim().split("\n");
+  const ran = lines.filter((l) => /: \d+ cases, 0 differ$/.test(l)).map((l) => l.split(":")[0]);
+  expect(ran).to.include("baseline");
+  const cpu = readFileSync("/proc/cpuinfo", "utf8");
+  if (/\bavx2\b/.test(cpu)) expect(ran).to.include("avx2");
+  if (/\bavx512bw\b/.test(cpu)) expect(ran).to.include("avx512");
+  if (/\bavx512_bf16\b/.test(cpu)) expect(ran).to.include.members(["avx512_bf16", "amx"]);
+  expect(lines.filter((l) => !/: \d+ cases, 0 differ$|: skipped, not on this CPU$/.test(l))).to.deep.equal([]);
+}
