@@ -20,9 +20,9 @@ tensor 32-byte aligned). The layout and names follow llama.cpp's convert_hf_to_g
 
 --dtype f16 stores matrices as float16 (norms, biases and rope_freqs stay float32, as
 llama.cpp requires). A quantized checkpoint's matrices (export_hf.py --dtype
-q8_0|q4_0|q4_k_m: types Q8_0, Q4_0, Q5_0, Q4_K, Q6_K) are written in their own GGUF types,
-their bytes as they are (q/k rows permuted whole), so both engines run the same quantized
-weights. Tokenizer metadata: byte-level BPE as tokenizer.ggml.model "gpt2" (tokens,
+q8_0|q4_0|q4_k_m|q5_k_m: types Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) are written in their own
+GGUF types, their bytes as they are (q/k rows permuted whole), so both engines run the same
+quantized weights. Tokenizer metadata: byte-level BPE as tokenizer.ggml.model "gpt2" (tokens,
 token types, merges, pre-tokenizer "gpt-2"); SentencePiece-style BPE (byte fallback) as
 "llama" (tokens, scores = minus the merge rank that makes each token, token types); the byte
 tokenizer of the demo model has no GGUF equivalent and is refused.
@@ -375,8 +375,8 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
         md["general.architecture"] = "llama"
         md["general.name"] = name
         md["general.file_type"] = 1 if f16 else 0
-        if quantized:   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_0 / _Q4_K_M
-            md["general.file_type"] = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15}.get(cfg.get("quantization"), 7)
+        if quantized:   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_0 / _Q4_K_M / _Q5_K_M
+            md["general.file_type"] = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}.get(cfg.get("quantization"), 7)
         md.update(llama_metadata(cfg))
         tensors = llama_tensors(sd, cfg, f16, buffers["rope_inv_freq"])
     elif arch == "gpt":

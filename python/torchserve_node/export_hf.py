@@ -1,7 +1,7 @@
 """Export a Hugging Face model directory, as downloaded, to a serving checkpoint
 (docs/checkpoint.md), then verify it.
 
-    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_0|q4_k_m]
+    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_0|q4_k_m|q5_k_m]
         [--context N]
 
 HF_DIR holds config.json (architectures: one of architectures.json's, LlamaForCausalLM,
@@ -35,7 +35,7 @@ from .architectures import HUGGINGFACE
 from .export_gpt import ExportError
 from .gpt import GPT
 from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, quantize_llama
-from .quant import SCHEMES as QTYPES, dequantize
+from .quant import SCHEMES as QTYPES, QuantError, dequantize
 from .safetensors_io import SafetensorsError, load_model_dir
 
 SUPPORTED = tuple(HUGGINGFACE)          # Hugging Face architectures, from architectures.json
@@ -410,7 +410,11 @@ def _quantize(model: LlamaLM, cfg: dict, src: StateDict, arch: str, context: Opt
     names: Dict[str, str] = {}
     map_llama(src, llama_config(cfg, arch, context), torch.float32, names)
     reference = dict(src)
-    for name in quantize_llama(model, qtype):
+    try:
+        quantized = quantize_llama(model, qtype)
+    except QuantError as e:
+        raise ExportError(str(e)) from e
+    for name in quantized:
         module = model.get_submodule(name[:-len(".weight")])
         k = module.in_features if hasattr(module, "in_features") else module.embedding_dim
         reference[names[name]] = dequantize(module.qtype, module.qweight, k)
@@ -448,8 +452,8 @@ def main(argv=None):
     ap.add_argument("out")
     ap.add_argument("--dtype", choices=sorted(DTYPES) + list(QTYPES),
                     help="weights and KV cache dtype (default: the model's torch_dtype); q8_0, "
-                         "q4_0 and q4_k_m quantize the matrices as llama.cpp's quantize does (GGUF "
-                         "layouts; norms, biases, activations and the KV cache float32)")
+                         "q4_0, q4_k_m and q5_k_m quantize the matrices as llama.cpp's quantize does "
+                         "(GGUF layouts; norms, biases, activations and the KV cache float32)")
     ap.add_argument("--context", type=int,
                     help=f"context the server uses (default: min(max_position_embeddings, "
                          f"{DEFAULT_CONTEXT}))")

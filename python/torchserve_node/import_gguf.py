@@ -3,13 +3,14 @@
     /usr/bin/python3 scripts/model/import_gguf.py MODEL.gguf OUT.pt [--context N]
 
 Architectures: general.architecture "llama" (Llama 2/3, Mistral, TinyLlama, SmolLM: llama.cpp
-writes Mistral as llama) and "qwen2". Tensors F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, used
-as they are: a quantized matrix keeps its GGUF bytes (quant.QuantLinear), a float one its
-values (llama.cpp's Q4_K_M files hold Q5_0 and Q8_0 matrices where a width is not a multiple
-of 256, and F16 ones where it is not a multiple of 32). llama.cpp's converter permutes the
-rows of attn_q and attn_k of "llama" models per head (its rotary pairs adjacent dimensions
-where Hugging Face rotates halves); the import undoes that permutation (on whole rows, so
-quantized rows move as they are). "qwen2" is stored unpermuted (NEOX rope).
+writes Mistral as llama) and "qwen2". Tensors F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K,
+Q6_K, used as they are: a quantized matrix keeps its GGUF bytes (quant.QuantLinear), a float
+one its values (llama.cpp's Q4_K_M files hold Q5_0 and Q8_0 matrices where a width is not a
+multiple of 256, and F16 ones where it is not a multiple of 32; its Q5_K_M files hold Q5_1
+where those hold Q5_0, and are refused by name). llama.cpp's converter permutes the rows of
+attn_q and attn_k of "llama" models per head (its rotary pairs adjacent dimensions where
+Hugging Face rotates halves); the import undoes that permutation (on whole rows, so quantized
+rows move as they are). "qwen2" is stored unpermuted (NEOX rope).
 Rope: rope.freq_base, and rope_freqs.weight (Llama 3.1's per-frequency divisors) when present.
 
 Tokenizer, from the metadata, written as a Hugging Face tokenizer.json: tokenizer.ggml.model
@@ -41,11 +42,11 @@ from .hf_tokenizer import bytelevel_tokenizer_json
 from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, Linear, Embedding, rope_inv_freq
 
 ARCHITECTURES = ("llama", "qwen2")
-QUANTIZED = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+QUANTIZED = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q5_0": "q5_0", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k"}
 FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 DEFAULT_CONTEXT = 4096
 # llama.cpp file types (general.file_type) -> config.json "quantization".
-FILE_TYPES = {7: "q8_0", 2: "q4_0", 8: "q5_0", 15: "q4_k_m", 14: "q4_k_s", 18: "q6_k"}
+FILE_TYPES = {7: "q8_0", 2: "q4_0", 8: "q5_0", 15: "q4_k_m", 14: "q4_k_s", 17: "q5_k_m", 16: "q5_k_s", 18: "q6_k"}
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for byte-level BPE.
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

@@ -283,13 +283,14 @@ def _use_more_bits(layer: int, layers: int) -> bool:
 
 def tensor_type_fallback(qtype: str, width: int) -> Optional[str]:
     """llama.cpp's tensor_type_fallback (llama-quant.cpp): a matrix whose input width is not
-    a multiple of its type's block takes a 32-value type instead (Q4_K -> Q5_0, Q6_K -> Q8_0;
-    a 32-value type keeps its type), and stays float (None; llama.cpp writes F16) when the
-    width is not a multiple of 32 either."""
+    a multiple of its type's block takes a 32-value type instead (Q4_K -> Q5_0, Q5_K -> Q5_1,
+    Q6_K -> Q8_0; a 32-value type keeps its type), and stays float (None; llama.cpp writes
+    F16) when the width is not a multiple of 32 either. Q5_1 ("q5_1") is llama.cpp's answer
+    but no type of quant.py: quantization_plan refuses it."""
     from . import quant
     if width % quant.BLOCKS[qtype][1]:
-        qtype = {"q4_k": "q5_0", "q6_k": "q8_0"}.get(qtype, qtype)
-        if width % quant.BLOCKS[qtype][1]:
+        qtype = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}.get(qtype, qtype)
+        if width % 32:
             return None
     return qtype
 
@@ -303,42 +304,63 @@ def llama_tensor_qtype(scheme: str, name: str, n_layer: int, tied: bool,
     - "q4_0": every matrix Q4_0, but the output head (the embedding table when tied) Q6_K.
     - "q4_k_m": Q4_K, with Q6_K for the output head (the embedding table when tied) and for
       attn_v and ffn_down in the layers use_more_bits picks.
+    - "q5_k_m": the same with Q5_K for Q4_K.
 
     With the matrix's input `width`, the fallback for a width that is not a multiple of the
     type's block applies (tensor_type_fallback; None: the matrix stays float)."""
-    if scheme not in ("q8_0", "q4_0", "q4_k_m"):
+    base = {"q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k", "q5_k_m": "q5_k"}
+    if scheme not in base:
         raise ValueError(f"unknown quantization scheme {scheme!r}")
-    qtype = "q8_0" if scheme == "q8_0" else "q4_0" if scheme == "q4_0" else "q4_k"
+    qtype = base[scheme]
     # The output head, and the token embedding when it is the head too: llama.cpp gives it
     # Q6_K unless the file type's own type is Q8_0 (llama_tensor_get_type_impl's first branch).
     if name == "lm_head.weight" or (tied and name == "embed.weight"):
         if qtype != "q8_0":
             qtype = "q6_k"
-    elif scheme == "q4_k_m":
+    elif scheme in ("q4_k_m", "q5_k_m"):
         parts = name.split(".")
         if parts[0] == "layers" and parts[2] in ("v_proj", "down_proj") and _use_more_bits(int(parts[1]), n_layer):
             qtype = "q6_k"
     return qtype if width is None else tensor_type_fallback(qtype, width)
 
 
+def quantization_plan(model: LlamaLM, scheme: str) -> List[Tuple[str, nn.Module, str]]:
+    """(module name, Linear or Embedding, type) of every matrix llama.cpp's quantize quantizes
+    under `scheme` (llama_tensor_qtype, the width fallback included; a matrix it leaves float
+    is not listed). A matrix whose fallback has no type here (Q5_K's, Q5_1) is a
+    quant.QuantError naming the matrix, its width and the type, so quantize_llama stops
+    before it has quantized anything."""
+    from . import quant
+    plan = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (Linear, Embedding)):
+            continue
+        width = module.weight.size(1)
+        qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied, width)
+        if qtype is None:
+            continue
+        if qtype not in quant.BLOCKS:
+            raise quant.QuantError(f"{name}.weight is {width} wide, not a multiple of 256: llama.cpp's "
+                                   f"{scheme.upper()} gives it {qtype.upper()}, which is not supported "
+                                   f"(q4_k_m and q8_0 quantize it)")
+        plan.append((name, module, qtype))
+    return plan
+
+
 def quantize_llama(model: LlamaLM, scheme: str, rows=None) -> List[str]:
     """Replaces the model's matrices (every layer's projections, the embedding table and the
     output head) by quant.QuantLinear / QuantEmbedding of the types llama.cpp's quantize
-    gives them under `scheme` (llama_tensor_qtype), in place; norms and biases stay float32
+    gives them under `scheme` (quantization_plan), in place; norms and biases stay float32
     as llama.cpp keeps them. A matrix whose input width is not a multiple of its type's block
     takes llama.cpp's fallback (Q4_K -> Q5_0, Q6_K -> Q8_0), or stays float if the width is
-    not a multiple of 32. `rows(qtype, weight)` gives a matrix's quantized rows (default:
-    quant.quantize of its weight; a model built on the meta device has no values to quantize,
-    so its builder gives rows of its own). Returns the names of the quantized weights."""
+    not a multiple of 32; Q5_K's fallback, Q5_1, is a quant.QuantError. `rows(qtype, weight)`
+    gives a matrix's quantized rows (default: quant.quantize of its weight; a model built on
+    the meta device has no values to quantize, so its builder gives rows of its own). Returns
+    the names of the quantized weights."""
     from . import quant
     done: List[str] = []
     with torch.no_grad():
-        for name, module in list(model.named_modules()):
-            if not isinstance(module, (Linear, Embedding)):
-                continue
-            qtype = llama_tensor_qtype(scheme, name + ".weight", model.n_layer, model.tied, module.weight.size(1))
-            if qtype is None:
-                continue
+        for name, module, qtype in quantization_plan(model, scheme):
             n, k = module.weight.shape
             data = torch.from_numpy((rows or quant.quantize)(qtype, module.weight))
             if isinstance(module, Embedding):

@@ -11,7 +11,8 @@ and the native runtime reads the same bytes (no re-quantization, no float copy).
 - q5_0 (type 6): 22 bytes per 32 values: float16 d, qh (a little-endian uint32 holding the
   fifth bit of each value), 16 bytes qs; value j < 16 is ((qs[j] & 15 | bit j of qh << 4) - 16)
   * d, value j + 16 is ((qs[j] >> 4 | bit j + 16 of qh << 4) - 16) * d.
-- q4_k (type 12) and q6_k (type 14): 256-value super-blocks, described at their quantizers.
+- q4_k (type 12), q5_k (type 13) and q6_k (type 14): 256-value super-blocks, described at
+  their quantizers.
 
 `quantize_q8_0` is ggml's quantize_row_q8_0_ref (ggml-quants.c) in float32 arithmetic:
 amax = max |x| over the block, d = amax / 127, q = roundf(x * (1 / d)) (round half away
@@ -23,7 +24,7 @@ string attribute `qtype`; their TorchScript forward dequantizes (so the TorchScr
 a GPU and the load-time check run a quantized checkpoint as they run a float one).
 """
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -34,14 +35,15 @@ from torch import Tensor
 QK8_0 = 32
 QK_K = 256
 # Bytes of one block and values per block, per type.
-BLOCKS = {"q8_0": (34, 32), "q4_0": (18, 32), "q5_0": (22, 32), "q4_k": (144, 256), "q6_k": (210, 256)}
+BLOCKS = {"q8_0": (34, 32), "q4_0": (18, 32), "q5_0": (22, 32), "q4_k": (144, 256), "q5_k": (176, 256),
+          "q6_k": (210, 256)}
 QTYPES = tuple(BLOCKS)
 # ggml type ids (ggml.h enum ggml_type) of the types here.
-GGML_TYPE = {"q8_0": 8, "q4_0": 2, "q5_0": 6, "q4_k": 12, "q6_k": 14}
+GGML_TYPE = {"q8_0": 8, "q4_0": 2, "q5_0": 6, "q4_k": 12, "q5_k": 13, "q6_k": 14}
 F32 = np.float32
 # What export_hf.py --dtype offers: llama.cpp's mixes of the same names (llama.py's
-# llama_tensor_qtype): Q8_0, Q4_0 and Q4_K_M.
-SCHEMES = ("q8_0", "q4_0", "q4_k_m")
+# llama_tensor_qtype): Q8_0, Q4_0, Q4_K_M and Q5_K_M.
+SCHEMES = ("q8_0", "q4_0", "q4_k_m", "q5_k_m")
 
 
 class QuantError(ValueError):
@@ -228,12 +230,17 @@ def _fp16(v: np.ndarray) -> np.ndarray:
     return v.astype(F32).astype(np.float16)
 
 
-def quantize_q4_k(w) -> np.ndarray:
-    """[N, K] -> uint8 [N, K / 256 * 144]: ggml's quantize_row_q4_K_ref (block_q4_K: float16 d,
-    float16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit quants)."""
+def _quantize_qkx(w, qtype: str, nmax: int, rmin: float, nstep: int):
+    """What ggml's quantize_row_q4_K_ref (nmax 15, rmin -1, 20 steps) and quantize_row_q5_K_ref
+    (nmax 31, rmin -0.5, 15 steps) share: per sub-block of 32, make_qkx2_quants weighted by
+    sqrt(mean x^2) + |x|; the 8 scales and 8 mins of a super-block as 6-bit multiples of
+    float16 d and dmin (get_scale_min_k4's packing); then every value requantized against
+    those, nearest_int((x + dm) / d) in 0..nmax (a sub-block whose d is 0 keeps its search's).
+    Returns N, the first 16 bytes of each block (d, dmin, scales: uint8 [N * K / 256, 16]) and
+    the values (uint8 [N * K / 256, 8, 32])."""
     x = np.ascontiguousarray(_numpy32(w))
     n, k = x.shape
-    row_bytes("q4_k", k)
+    row_bytes(qtype, k)
     nb = n * k // QK_K
     sub = x.reshape(nb * 8, 32)
     sum_x2 = np.zeros(nb * 8, F32)
@@ -241,7 +248,7 @@ def quantize_q4_k(w) -> np.ndarray:
         sum_x2 = (sum_x2 + sub[:, i] * sub[:, i]).astype(F32)
     av_x = np.sqrt((sum_x2 / F32(32)).astype(F32)).astype(F32)
     weights = (av_x[:, None] + np.abs(sub)).astype(F32)
-    L, scales, mins = _make_qkx2_quants(sub, weights, 15, -1.0, 0.1, 20)
+    L, scales, mins = _make_qkx2_quants(sub, weights, nmax, rmin, 0.1, nstep)
     L = L.reshape(nb, 8, 32)
     scales = scales.reshape(nb, 8)
     mins = mins.reshape(nb, 8)
@@ -255,26 +262,50 @@ def quantize_q4_k(w) -> np.ndarray:
         inv_min = np.where(max_min > 0, F32(63) / np.where(max_min > 0, max_min, F32(1)), F32(0)).astype(F32)
     ls = np.minimum(63, _nearest_int(inv_scale[:, None] * scales).astype(np.uint8))
     lm = np.minimum(63, _nearest_int(inv_min[:, None] * mins).astype(np.uint8))
-    packed = np.zeros((nb, 12), np.uint8)
+    head = np.zeros((nb, 16), np.uint8)
+    d = _fp16((max_scale / F32(63)).astype(F32))
+    dmin = _fp16((max_min / F32(63)).astype(F32))
+    head[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
+    head[:, 2:4] = dmin.view(np.uint8).reshape(nb, 2)
+    packed = head[:, 4:16]                                             # a view: fills head
     packed[:, 0:4] = ls[:, 0:4]
     packed[:, 4:8] = lm[:, 0:4]
     packed[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
     packed[:, 0:4] |= (ls[:, 4:8] >> 4) << 6
     packed[:, 4:8] |= (lm[:, 4:8] >> 4) << 6
-    d = _fp16((max_scale / F32(63)).astype(F32))
-    dmin = _fp16((max_min / F32(63)).astype(F32))
     dd = (d.astype(F32)[:, None] * ls.astype(F32)).astype(F32)
     dm = (dmin.astype(F32)[:, None] * lm.astype(F32)).astype(F32)
     xs = x.reshape(nb, 8, 32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        fresh = np.clip(_nearest_int(((xs + dm[:, :, None]) / np.where(dd == 0, F32(1), dd)[:, :, None]).astype(F32)), 0, 15)
-    L = np.where((dd == 0)[:, :, None], L, fresh).astype(np.uint8)
-    qs = (L[:, 0::2, :] | (L[:, 1::2, :] << 4)).reshape(nb, 128)
+        fresh = np.clip(_nearest_int(((xs + dm[:, :, None]) / np.where(dd == 0, F32(1), dd)[:, :, None]).astype(F32)), 0, nmax)
+    return n, head, np.where((dd == 0)[:, :, None], L, fresh).astype(np.uint8)
+
+
+def quantize_q4_k(w) -> np.ndarray:
+    """[N, K] -> uint8 [N, K / 256 * 144]: ggml's quantize_row_q4_K_ref (block_q4_K: float16 d,
+    float16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit quants: sub-block 2j
+    in the low nibbles of bytes 32j..32j+31, sub-block 2j + 1 in their high nibbles)."""
+    n, head, L = _quantize_qkx(w, "q4_k", 15, -1.0, 20)
+    nb = head.shape[0]
     out = np.empty((nb, 144), np.uint8)
-    out[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
-    out[:, 2:4] = dmin.view(np.uint8).reshape(nb, 2)
-    out[:, 4:16] = packed
-    out[:, 16:] = qs
+    out[:, 0:16] = head
+    out[:, 16:] = (L[:, 0::2, :] | (L[:, 1::2, :] << 4)).reshape(nb, 128)
+    return out.reshape(n, -1)
+
+
+def quantize_q5_k(w) -> np.ndarray:
+    """[N, K] -> uint8 [N, K / 256 * 176]: ggml's quantize_row_q5_K_ref (block_q5_K: float16 d,
+    float16 dmin, 12 bytes of 6-bit scales and mins as Q4_K's, qh[32], qs[128]). qs holds the
+    low 4 bits as Q4_K holds its values; the fifth bit of value l of sub-block i is bit i of
+    qh[l] (ggml's packing loop: masks 1 and 2 for the first pair of sub-blocks, shifted by 2
+    for each next pair)."""
+    n, head, L = _quantize_qkx(w, "q5_k", 31, -0.5, 15)
+    nb = head.shape[0]
+    out = np.empty((nb, 176), np.uint8)
+    out[:, 0:16] = head
+    out[:, 16:48] = np.packbits(L >> 4, axis=1, bitorder="little")[:, 0, :]
+    low = L & 0xF
+    out[:, 48:] = (low[:, 0::2, :] | (low[:, 1::2, :] << 4)).reshape(nb, 128)
     return out.reshape(n, -1)
 
 
@@ -377,6 +408,8 @@ def quantize(qtype: str, w) -> np.ndarray:
         return quantize_q5_0(w)
     if qtype == "q4_k":
         return quantize_q4_k(w)
+    if qtype == "q5_k":
+        return quantize_q5_k(w)
     if qtype == "q6_k":
         return quantize_q6_k(w)
     raise QuantError(f"unknown quantization {qtype!r} (one of {', '.join(QTYPES)})")
@@ -414,6 +447,21 @@ def _int8(b: Tensor) -> Tensor:
     return b.to(torch.int8).to(torch.float32)
 
 
+def _k_scales(b: Tensor) -> Tuple[Tensor, Tensor]:
+    """Q4_K's and Q5_K's block header [r, nb, >= 16] (float16 d, float16 dmin, 12 bytes of
+    6-bit scales and mins, get_scale_min_k4's packing) -> (d * scale, dmin * min) [r, nb, 8]."""
+    d = _half_to_float(b[:, :, 0], b[:, :, 1]).unsqueeze(2)
+    dmin = _half_to_float(b[:, :, 2], b[:, :, 3]).unsqueeze(2)
+    s = b[:, :, 4:16].to(torch.int32)
+    lo_sc = s[:, :, 0:4] & 63
+    lo_m = s[:, :, 4:8] & 63
+    hi_sc = (s[:, :, 8:12] & 15) | ((s[:, :, 0:4] >> 6) << 4)
+    hi_m = (s[:, :, 8:12] >> 4) | ((s[:, :, 4:8] >> 6) << 4)
+    sc = torch.cat([lo_sc, hi_sc], 2).to(torch.float32)
+    m = torch.cat([lo_m, hi_m], 2).to(torch.float32)
+    return d * sc, dmin * m
+
+
 def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
     """uint8 [R, row bytes] (whole GGUF rows) -> float32 [R, k]."""
     r = data.size(0)
@@ -442,18 +490,21 @@ def dequantize_rows(data: Tensor, qtype: str, k: int) -> Tensor:
         return (d * q.to(torch.float32)).reshape(r, k)
     if qtype == "q4_k":
         b = data.reshape(r, k // 256, 144)
-        d = _half_to_float(b[:, :, 0], b[:, :, 1]).unsqueeze(2)
-        dmin = _half_to_float(b[:, :, 2], b[:, :, 3]).unsqueeze(2)
-        s = b[:, :, 4:16].to(torch.int32)
-        lo_sc = s[:, :, 0:4] & 63
-        lo_m = s[:, :, 4:8] & 63
-        hi_sc = (s[:, :, 8:12] & 15) | ((s[:, :, 0:4] >> 6) << 4)
-        hi_m = (s[:, :, 8:12] >> 4) | ((s[:, :, 4:8] >> 6) << 4)
-        sc = torch.cat([lo_sc, hi_sc], 2).to(torch.float32)           # [r, nb, 8]
-        m = torch.cat([lo_m, hi_m], 2).to(torch.float32)
+        scale, mins = _k_scales(b)                                     # [r, nb, 8]
         q = b[:, :, 16:].reshape(r, k // 256, 4, 32)                   # 4 pairs of sub-blocks (uint8 ops)
         vals = torch.stack([q & 15, q >> 4], 3).reshape(r, k // 256, 8, 32).to(torch.float32)
-        out = (d * sc).unsqueeze(3) * vals - (dmin * m).unsqueeze(3)
+        out = scale.unsqueeze(3) * vals - mins.unsqueeze(3)
+        return out.reshape(r, k)
+    if qtype == "q5_k":
+        b = data.reshape(r, k // 256, 176)
+        scale, mins = _k_scales(b)
+        # The fifth bit of value l of sub-block i is bit i of qh[l]: shifted out for all eight
+        # sub-blocks at once, in bytes.
+        shifts = torch.arange(8, dtype=torch.uint8, device=data.device).view(1, 1, 8, 1)
+        high = ((b[:, :, 16:48].unsqueeze(2) >> shifts) & 1) << 4      # [r, nb, 8, 32]
+        q = b[:, :, 48:].reshape(r, k // 256, 4, 32)
+        low = torch.stack([q & 15, q >> 4], 3).reshape(r, k // 256, 8, 32)
+        out = scale.unsqueeze(3) * (low | high).to(torch.float32) - mins.unsqueeze(3)
         return out.reshape(r, k)
     if qtype == "q6_k":
         b = data.reshape(r, k // 256, 210)

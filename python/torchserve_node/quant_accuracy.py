@@ -1,7 +1,7 @@
 """How much quantization changes a model's next-token distributions, as llama.cpp's
 `perplexity --kl-divergence` reports it, on fixed prompts.
 
-    /usr/bin/python3 scripts/model/quant_accuracy.py CKPT.pt [--schemes q8_0,q4_0,q4_k_m] [--prompts 8]
+    /usr/bin/python3 scripts/model/quant_accuracy.py CKPT.pt [--schemes q8_0,q4_0,q4_k_m,q5_k_m] [--prompts 8]
         [--prompt-tokens 32] [--new-tokens 32] [--json OUT.json]
 
 CKPT.pt: a float "llama" checkpoint (export_hf.py). Each scheme quantizes a copy of its
@@ -29,8 +29,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
-from .llama import LlamaConfig, LlamaLM, quantize_llama
-from .quant import SCHEMES
+from .llama import LlamaConfig, LlamaLM, quantization_plan, quantize_llama
+from .quant import SCHEMES, QuantError
 
 
 def load_float(path: str):
@@ -71,9 +71,23 @@ def greedy(model, prompt: List[int], n: int) -> List[int]:
 
 
 @torch.no_grad()
-def measure(path: str, schemes: List[str], prompts: int, prompt_tokens: int, new_tokens: int) -> Dict[str, dict]:
+def measure(path: str, schemes: List[str], prompts: int, prompt_tokens: int, new_tokens: int,
+            skip_ruled_out: bool = False) -> Dict[str, dict]:
+    """Each scheme's figures. A scheme the model's widths rule out (QuantError: Q5_K_M at a width
+    llama.cpp gives Q5_1) stops the run before any is measured, or with `skip_ruled_out` is left
+    out with a note on stderr."""
     torch.manual_seed(0)
     base, cfg = load_float(path)
+    kept = []
+    for scheme in schemes:
+        try:
+            quantization_plan(base, scheme)
+            kept.append(scheme)
+        except QuantError as e:
+            if not skip_ruled_out:
+                raise
+            print(f"{scheme} left out: {e}", file=sys.stderr)
+    schemes = kept
     g = torch.Generator().manual_seed(1234)
     vocab = cfg["vocab_size"]
     prompt_ids = [torch.randint(0, vocab, (prompt_tokens,), generator=g).tolist() for _ in range(prompts)]
@@ -103,18 +117,22 @@ def measure(path: str, schemes: List[str], prompts: int, prompt_tokens: int, new
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint")
-    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--schemes", help=f"comma-separated (default: every one the model's widths allow of {','.join(SCHEMES)})")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    schemes = args.schemes.split(",")
+    schemes = args.schemes.split(",") if args.schemes else list(SCHEMES)
     for s in schemes:
         if s not in SCHEMES:
             ap.error(f"unknown scheme {s!r} (one of {', '.join(SCHEMES)})")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    results = measure(args.checkpoint, schemes, args.prompts, args.prompt_tokens, args.new_tokens)
+    try:
+        results = measure(args.checkpoint, schemes, args.prompts, args.prompt_tokens, args.new_tokens,
+                          skip_ruled_out=not args.schemes)
+    except QuantError as e:
+        ap.error(f"{e}; leave it out of --schemes")
     print(f"{args.checkpoint}: {args.prompts} prompts of {args.prompt_tokens} token ids + {args.new_tokens} "
           f"greedy tokens of the float model\n")
     print("| scheme | mean KL (nats) | 99th pct KL | top-1 agreement | greedy agreement |")

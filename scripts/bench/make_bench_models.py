@@ -1,11 +1,13 @@
 """Random-weight models of real shapes for scripts/bench/vs-llamacpp.ts, each written as project
 checkpoints (float32 and bfloat16; gpt.py and llama.py, the models export_hf.py writes) and as
 GGUF (float32 and float16, by scripts/model/export_gguf.py --vocabulary ids) with the same
-weights; the llama models also quantized (q8_0, q4_0 and q4_k_m: llama.py's quantize_llama, as
-export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
+weights; the llama models also quantized (q8_0, q4_0, q4_k_m and q5_k_m: llama.py's
+quantize_llama, as export_hf.py --dtype does) as checkpoints and as GGUF holding the same bytes.
+q5_k_m is offered where every width is a multiple of 256 (llama-1b, llama-3b, llama-8b): at
+llama-135m's 576, llama.cpp's Q5_K_M falls back to Q5_1, which the project does not serve.
 
     /usr/bin/python3 scripts/bench/make_bench_models.py [--out .cache/bench/models] [--models gpt2-small,llama-135m,llama-1b]
-        [--precisions f32,bf16,q8_0,q4_0,q4_k_m]
+        [--precisions f32,bf16,q8_0,q4_0,q4_k_m,q5_k_m]
 
   gpt2-small:  GPT-2 small (124M): 12 layers, d=768, 12 heads, vocabulary 50257, context 1024.
   llama-135m:  SmolLM-135M's shape: 30 layers, d=576, 9 heads over 3 kv heads (GQA), SwiGLU
@@ -98,7 +100,7 @@ def write_tiled(out_dir: str, name: str, cfg: LlamaConfig, wanted) -> dict:
     quantization of 256 random N(0, 0.02) rows, repeated to its height (see llama-8b above)."""
     from torchserve_node import quant
     paths = {}
-    for scheme in ("q8_0", "q4_k_m"):
+    for scheme in ("q8_0", "q4_k_m", "q5_k_m"):
         if scheme not in wanted:
             continue
         path = paths[f"{scheme}.pt"] = os.path.join(out_dir, f"{name}-{scheme}.pt")
@@ -139,9 +141,9 @@ def llama_chat_2k():
 
 MODELS = {"gpt2-small": (gpt2_small, ("f32", "bf16")),
           "llama-135m": (llama_135m, ("f32", "bf16", "q8_0", "q4_0", "q4_k_m")),
-          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_0", "q4_k_m")),
-          "llama-3b": (llama_3b, ("bf16", "q8_0", "q4_k_m"))}
-QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
+          "llama-1b": (llama_1b, ("bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m")),
+          "llama-3b": (llama_3b, ("bf16", "q8_0", "q4_k_m", "q5_k_m"))}
+QUANTIZED = ("q8_0", "q4_0", "q4_k_m", "q5_k_m")
 # Llama 2's tokenizer: <s> 1, </s> 2, a BOS in front of every prompt.
 LLAMA2_TOKENIZER = {"kind": "huggingface", "file": "tokenizer.json", "bos_token_id": 1, "eos_token_id": 2,
                     "pad_token_id": None, "add_bos": True}
@@ -219,7 +221,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "bench", "models"))
     ap.add_argument("--models", default="gpt2-small,llama-135m,llama-1b")
     ap.add_argument("--llama-tokenizer", default="", help="Llama 2's tokenizer.json, for llama-chat-2k")
-    ap.add_argument("--precisions", default="f32,bf16,q8_0,q4_0,q4_k_m")
+    ap.add_argument("--precisions", default="f32,bf16,q8_0,q4_0,q4_k_m,q5_k_m")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = args.models.split(",")

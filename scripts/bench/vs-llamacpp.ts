@@ -6,7 +6,7 @@
  *   - GPT-2 small (124M), a Llama of SmolLM-135M's shape (GQA 9/3 heads, SwiGLU, 30 layers) and
  *     one of Llama-3.2-1B's shape (16 layers, d=2048, GQA 32/8, 16-bit only);
  *   - float32 against llama.cpp f32, and our bf16 against llama.cpp f16 (its 16-bit CPU type);
- *     on the llama models, q8_0, q4_0 and q4_k_m against llama.cpp on the same quantized bytes (our
+ *     on the llama models, q8_0, q4_0, q4_k_m and q5_k_m against llama.cpp on the same quantized bytes (our
  *     checkpoint's GGUF rows written into its GGUF file);
  *   - our native runtime under every kernel family the CPU has (or those --kernels names);
  *   - decode tokens/s at batch 1, 4 and 16 with 1 and 2 threads, all rows in one forward per
@@ -20,7 +20,7 @@
  *     lib/bandwidth.ts streamedWeightBytes) x tokens/s / bandwidth.
  *
  *   node dist/scripts/bench/vs-llamacpp.js [--quick] [--new-tokens 32] [--models gpt2-small,llama-135m,llama-1b]
- *        [--kernels avx2,baseline] [--threads 1,2] [--precisions f32,bf16,q8_0,q4_0,q4_k_m] [--batches 1,4,16]
+ *        [--kernels avx2,baseline] [--threads 1,2] [--precisions f32,bf16,q8_0,q4_0,q4_k_m,q5_k_m] [--batches 1,4,16]
  *        [--llamacpp-cpu match|best|haswell|zen4|...]
  *
  * llama.cpp ships a CPU build per instruction set and loads the best one the CPU runs; when only
@@ -52,7 +52,7 @@ const { values: args } = parseArgs({
     models: { type: "string", default: "gpt2-small,llama-135m,llama-1b" },
     kernels: { type: "string" },
     threads: { type: "string", default: "1,2" },
-    precisions: { type: "string", default: "f32,bf16,q8_0,q4_0,q4_k_m" },
+    precisions: { type: "string", default: "f32,bf16,q8_0,q4_0,q4_k_m,q5_k_m" },
     batches: { type: "string" },
     "prefill-tokens": { type: "string", default: "400" },
     "llamacpp-cpu": { type: "string", default: "match" },
@@ -65,7 +65,7 @@ if (args.help) {
   --models LIST    gpt2-small,llama-135m,llama-1b (default all three)
   --kernels LIST   native kernel families, comma-separated (default: every family the CPU has)
   --threads LIST   thread counts (default 1,2)
-  --precisions LIST  f32,bf16,q8_0,q4_0,q4_k_m (default all; the quantized ones on llama models)
+  --precisions LIST  f32,bf16,q8_0,q4_0,q4_k_m,q5_k_m (default all; the quantized ones on llama models)
   --batches LIST   decode batch sizes (default 1,4,16; --quick 1,4)
   --prefill-tokens N  the prefill prompt's length (default 400)
   --llamacpp-cpu NAME  which of llama.cpp's CPU builds runs: match (default: where one kernel
@@ -95,7 +95,7 @@ const python = "/usr/bin/python3";
 const families = kernelFamiliesToTime(args.kernels, loadAddon().kernelFamilies);
 
 type Files = Partial<
-  Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf" | "q8_0.pt" | "q8_0.gguf" | "q4_0.pt" | "q4_0.gguf" | "q4_k_m.pt" | "q4_k_m.gguf", string>
+  Record<"f32.pt" | "bf16.pt" | "f32.gguf" | "f16.gguf" | "q8_0.pt" | "q8_0.gguf" | "q4_0.pt" | "q4_0.gguf" | "q4_k_m.pt" | "q4_k_m.gguf" | "q5_k_m.pt" | "q5_k_m.gguf", string>
 >;
 const files = JSON.parse(
   execFileSync(python, [join(repoRoot, "scripts", "bench", "make_bench_models.py"), "--models", args.models!, "--precisions", args.precisions!], {
@@ -298,6 +298,7 @@ f={"config.json":""}; torch.jit.load("${anyCheckpoint}", _extra_files=f); c=f["c
     ["q8_0 vs q8_0", modelFiles["q8_0.pt"], modelFiles["q8_0.gguf"], "float32"],
     ["q4_0 vs q4_0", modelFiles["q4_0.pt"], modelFiles["q4_0.gguf"], "float32"],
     ["q4_k_m vs q4_k_m", modelFiles["q4_k_m.pt"], modelFiles["q4_k_m.gguf"], "float32"],
+    ["q5_k_m vs q5_k_m", modelFiles["q5_k_m.pt"], modelFiles["q5_k_m.gguf"], "float32"],
   ] as const;
   for (const [precision, ourFile, theirFile, dtype] of pairs) {
     if (!ourFile || !theirFile) continue;

@@ -1,6 +1,6 @@
 """Export a Hugging Face model directory (safetensors) to a serving checkpoint, then verify it.
 
-    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_0|q4_k_m] [--context N]
+    /usr/bin/python3 scripts/model/export_hf.py HF_DIR OUT.pt [--dtype float32|bfloat16|float16|q8_0|q4_0|q4_k_m|q5_k_m] [--context N]
 
 A command over python/torchserve_node/export_hf.py, which documents it (--help lists the options).
 """

@@ -49,6 +49,7 @@ const variants = [
   "llama-wide-q4_k_m",
   "llama-gqa-q4_k_m",
   "llama-wide-q4_0",
+  "llama-wide-q5_k_m",
 ];
 /**
  * TEST_DEVICE (default "cpu"): the device of the TorchScript arm. scripts/gpu-check.sh runs
@@ -238,7 +239,7 @@ torch.jit.save(torch.jit.script(model.eval()), sys.argv[2], _extra_files=files)
   // The quantized products take up to four rows a call for the 32-value types (eight on the
   // AVX-512 families) and sixteen for the K-quants (a super-block unpacked once for all of them):
   // a batch wider than both, and prompts longer, must still give every row what it gets alone.
-  for (const name of ["llama-gqa-q8_0", "llama-wide-q4_k_m", "llama-gqa-q4_k_m", "llama-wide-q4_0"]) {
+  for (const name of ["llama-gqa-q8_0", "llama-wide-q4_k_m", "llama-gqa-q4_k_m", "llama-wide-q4_0", "llama-wide-q5_k_m"]) {
     for (const kernels of addon.kernelFamilies) {
       it(`${name}, native ${kernels}: 19 rows decoding together each get their tokens alone`, async () => {
         const checkpoint = reference[name]!;

@@ -23,12 +23,19 @@ export function weightBytes(config: Record<string, unknown>, bytesPerWeight: num
   return bytesPerWeight * (L! * perLayer + V! * d!);
 }
 
-/** Bytes per weight of each storage: Q8_0 34 per 32, Q4_0 18; Q4_K_M about 4.85 bits (llama.cpp's figure for the mix). */
-export const BYTES_PER_WEIGHT = { float32: 4, bfloat16: 2, float16: 2, q8_0: 34 / 32, q4_0: 18 / 32, q4_k_m: 4.85 / 8 } as const;
+/** Bytes per weight of each storage: Q8_0 34 per 32, Q4_0 18; Q4_K_M about 4.85 bits and Q5_K_M 5.69 (llama.cpp's figures for the mixes). */
+export const BYTES_PER_WEIGHT = { float32: 4, bfloat16: 2, float16: 2, q8_0: 34 / 32, q4_0: 18 / 32, q4_k_m: 4.85 / 8, q5_k_m: 5.69 / 8 } as const;
 
 /** Bytes per weight of a checkpoint's config.json: its quantization, else its dtype. */
 export function bytesPerWeight(config: Record<string, unknown>): number {
-  if (config.quantization === "q8_0" || config.quantization === "q4_0" || config.quantization === "q4_k_m") return BYTES_PER_WEIGHT[config.quantization];
+  if (
+    config.quantization === "q8_0" ||
+    config.quantization === "q4_0" ||
+    config.quantization === "q4_k_m" ||
+    config.quantization === "q5_k_m"
+  ) {
+    return BYTES_PER_WEIGHT[config.quantization];
+  }
   return config.dtype === "float32" || config.dtype === undefined ? BYTES_PER_WEIGHT.float32 : BYTES_PER_WEIGHT.bfloat16;
 }
 

@@ -106,7 +106,7 @@ QUANT_SPECS = {"llama-wide": dict(NATIVE_BASE, hidden=256, inter=512)}
 # (for Q4_K) and Q8_0 (for Q6_K), as in real files of Qwen2.5-0.5B or SmolLM2.
 NATIVE_QUANTIZED = {"llama-gqa-q8_0": ("llama-gqa", "q8_0"), "qwen-bias-tied-q8_0": ("qwen-bias-tied", "q8_0"),
                     "llama-wide-q4_k_m": ("llama-wide", "q4_k_m"), "llama-gqa-q4_k_m": ("llama-gqa", "q4_k_m"),
-                    "llama-wide-q4_0": ("llama-wide", "q4_0")}
+                    "llama-wide-q4_0": ("llama-wide", "q4_0"), "llama-wide-q5_k_m": ("llama-wide", "q5_k_m")}
 # The last fills the 64 positions with its 20 new tokens: four key tiles of 16, so attention
 # takes several passes over the cache (and asks for the next pass's keys) on every family.
 NATIVE_PROMPTS = ["Hello, world!", "The quick brown fox", "a", "It was the best of times, it was the worst"]

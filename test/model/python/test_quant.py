@@ -1,7 +1,7 @@
 """quant.py (ggml's quantizers and GGUF layouts, the dequantizing TorchScript modules),
-llama.py's Q4_0 and Q4_K_M mixes, export_hf.py --dtype q8_0|q4_0|q4_k_m, and GGUF: the reader,
-export_gguf.py of a quantized checkpoint and import_gguf.py back, with named errors for what it
-cannot serve."""
+llama.py's Q4_0, Q4_K_M and Q5_K_M mixes, export_hf.py --dtype q8_0|q4_0|q4_k_m|q5_k_m, and
+GGUF: the reader, export_gguf.py of a quantized checkpoint and import_gguf.py back, with named
+errors for what it cannot serve."""
 
 import glob
 import hashlib
@@ -37,30 +37,58 @@ def golden_inputs() -> np.ndarray:
 
 
 # sha256 of ggml's own output on golden_inputs(): quantize_row_q8_0_ref, quantize_row_q4_0_ref,
-# quantize_row_q5_0_ref, quantize_row_q4_K_ref and quantize_row_q6_K_ref of ggml-quants.c,
-# compiled with gcc -O2 -ffp-contract=off.
+# quantize_row_q5_0_ref, quantize_row_q4_K_ref, quantize_row_q5_K_ref and quantize_row_q6_K_ref
+# of ggml-quants.c, compiled with gcc -O2 -ffp-contract=off.
 GGML_SHA256 = {
     "q8_0": "e7677567bd031711a504fd34f8a6d2c26b926a6eef3e8d1895c658ec6825423e",
     "q4_0": "dfef345b2e4811a63e16bd23d36379c6bdab09cf9108a56d240aa1957c05a4b6",
     "q5_0": "626ce6d56235d4b2278be7ab1e7ac0fade353d1fb922752bd0021ec7a35ff555",
     "q4_k": "2925ce2293507cfd80c0b0b40743113f6a31abe97ad507fecac681093687c828",
+    "q5_k": "3a2f66806c810b3a4bed5fe808324511447ee30bbb85e3b227c844e5bcac77fd",
     "q6_k": "6048ce66dad727987dd7274bf2f66a78559cf12b0124a46f71f4cbed39f28c59",
 }
-# sha256 of the float32 values ggml's dequantize_row_q4_0 / dequantize_row_q5_0 (same build)
-# make of those quantized rows: every value d * q is exact in float32, so ours must match.
+# sha256 of the float32 values ggml's dequantize_row_q4_0 / _q5_0 / _q5_K (same build) make of
+# those quantized rows: every q4_0 and q5_0 value d * q is exact in float32, and a q5_K value is
+# the same float32 operations in the same order ((d * scale) * q - dmin * min), so ours must match.
 GGML_DEQUANTIZED_SHA256 = {
     "q4_0": "33fde2711f4675d414f0a534d081effb537b67a305f2f8a1988eb83789a0f8a0",
     "q5_0": "213619dcf635d6b50a58146febcff2d02a802d21cd4656ba8a039d09c3e75711",
+    "q5_k": "37e08936aceda236726043e7fcf6f71519eccdfca7187703dc6d05607648fa32",
 }
 
 
+def get_scale_min_k4(j: int, q: np.ndarray):
+    """ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j from block_q4_K's and
+    block_q5_K's scales[12]."""
+    if j < 4:
+        return int(q[j]) & 63, int(q[j + 4]) & 63
+    return (int(q[j + 4]) & 0xF) | ((int(q[j - 4]) >> 6) << 4), (int(q[j + 4]) >> 4) | ((int(q[j]) >> 6) << 4)
+
+
 def spec_values(qtype: str, row: np.ndarray) -> np.ndarray:
-    """One row of q4_0 / q5_0 blocks decoded one value at a time, as ggml-common.h's block layouts
-    define them (the independent reading the vectorised dequantization is checked against)."""
+    """One row of q4_0 / q5_0 / q5_k blocks decoded one value at a time, as ggml-common.h's block
+    layouts and ggml-quants.c's dequantize_row_* define them, in float32 (the independent
+    reading the vectorised dequantization is checked against)."""
     size = quant.BLOCKS[qtype][0]
     out = []
     for b in range(len(row) // size):
         block = row[b * size:(b + 1) * size]
+        if qtype == "q5_k":
+            # block_q5_K: d, dmin, scales[12], qh[32], qs[128]; for each 64 values j: u1 = 1 << 2j,
+            # u2 = 2 << 2j; y = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1, then the high
+            # nibbles with u2, d2, m2
+            d, dmin = block[:4].view(np.float16).astype(np.float32)
+            scales, qh, qs = block[4:16], block[16:48], block[48:]
+            for j in range(4):
+                ql = qs[32 * j:32 * j + 32]
+                u1, u2 = 1 << (2 * j), 2 << (2 * j)
+                sc1, m1 = get_scale_min_k4(2 * j, scales)
+                sc2, m2 = get_scale_min_k4(2 * j + 1, scales)
+                d1, mn1 = d * np.float32(sc1), dmin * np.float32(m1)
+                d2, mn2 = d * np.float32(sc2), dmin * np.float32(m2)
+                out += [d1 * np.float32((ql[l] & 0xF) + (16 if qh[l] & u1 else 0)) - mn1 for l in range(32)]
+                out += [d2 * np.float32((ql[l] >> 4) + (16 if qh[l] & u2 else 0)) - mn2 for l in range(32)]
+            continue
         d = float(block[:2].view(np.float16)[0])
         if qtype == "q4_0":
             qs = block[2:]
@@ -140,10 +168,38 @@ class QuantizerTest(unittest.TestCase):
         with self.assertRaisesRegex(quant.QuantError, "multiple of 32"):
             quant.quantize("q5_0", torch.zeros(2, 48))
 
+    def test_q5_k_block_layout(self):
+        # Sub-blocks of the 32 levels 0..31, rising in even sub-blocks and falling in odd ones:
+        # scale 1 and min 0 fit exactly (d = 1 / 63 as float16, every 6-bit scale 63, no mins),
+        # and value l of sub-block i keeps level l (or 31 - l).
+        ramp = np.arange(32, dtype=np.float32)
+        x = np.concatenate([ramp if i % 2 == 0 else ramp[::-1] for i in range(8)])[None]
+        b = quant.quantize_q5_k(x)[0]
+        self.assertEqual(len(b), 176)
+        d = np.float16(np.float32(1) / np.float32(63))
+        self.assertEqual(b[0:4].tobytes(), d.tobytes() + np.float16(0).tobytes())     # d, dmin
+        # scales[12]: sub-blocks 0-3's scale and min in the low 6 bits of bytes 0-7, sub-blocks
+        # 4-7's low 4 bits in bytes 8-11 and top 2 bits in the top bits of bytes 0-7
+        self.assertEqual(list(b[4:16]), [255] * 4 + [0] * 4 + [15] * 4)
+        # qh[l]: bit i is the fifth bit of value l of sub-block i (levels 16..31)
+        self.assertEqual(list(b[16:48]), [0xAA] * 16 + [0x55] * 16)
+        # qs: the low 4 bits, sub-block 2j in the low nibbles of bytes 32j.., 2j + 1 in the high
+        self.assertEqual(list(b[48:]), [(l & 15) | (((31 - l) & 15) << 4) for l in range(32)] * 4)
+        back = quant.dequantize("q5_k", b[None], 256).numpy()
+        self.assertTrue(np.array_equal(back, (np.float32(d) * np.float32(63)) * x))
+        # arbitrary bytes (finite d and dmin) decode as the layout defines each value
+        rows = np.random.default_rng(4).integers(0, 256, (3, quant.row_bytes("q5_k", 512)), dtype=np.uint8)
+        rows.reshape(3, 2, -1)[:, :, [1, 3]] &= 0xBF                     # |d|, |dmin| < 2
+        got = quant.dequantize("q5_k", rows, 512).numpy()
+        self.assertTrue(np.array_equal(got, np.stack([spec_values("q5_k", r) for r in rows])))
+        with self.assertRaisesRegex(quant.QuantError, "multiple of 256"):
+            quant.quantize("q5_k", torch.zeros(2, 96))
+
     def test_dequantize_error_bounds_and_torchscript_forward(self):
         g = torch.Generator().manual_seed(1)
         w = torch.randn(24, 512, generator=g) * 0.05
-        for qtype, bound in (("q8_0", 0.01), ("q6_k", 0.03), ("q5_0", 0.06), ("q4_k", 0.12), ("q4_0", 0.12)):
+        for qtype, bound in (("q8_0", 0.01), ("q6_k", 0.03), ("q5_k", 0.06), ("q5_0", 0.06), ("q4_k", 0.12),
+                             ("q4_0", 0.12)):
             layer = quant.QuantLinear.of(qtype, w)
             back = layer.dequantize()
             rel = float((back - w).pow(2).mean().sqrt() / w.pow(2).mean().sqrt())
@@ -179,6 +235,31 @@ class QuantizerTest(unittest.TestCase):
         self.assertEqual(qtype("layers.3.q_proj.weight", 512), "q4_k")
         self.assertIsNone(qtype("layers.3.q_proj.weight", 100))
         self.assertIsNone(qtype("lm_head.weight", 100))
+
+    def test_q5_k_m_mix_is_llama_cpps(self):
+        # LLAMA_FTYPE_MOSTLY_Q5_K_M: Q4_K_M's mix with Q5_K for Q4_K
+        layers = 16
+        def qtype(name, width=None, tied=False):
+            return llama.llama_tensor_qtype("q5_k_m", name, layers, tied, width)
+
+        for name in ("v_proj", "down_proj"):
+            more = [i for i in range(layers) if qtype(f"layers.{i}.{name}.weight") == "q6_k"]
+            self.assertEqual(more, [0, 1, 4, 7, 10, 13, 14, 15], name)   # use_more_bits(i, 16)
+            self.assertEqual(qtype(f"layers.3.{name}.weight"), "q5_k", name)
+        for name in ("q_proj", "k_proj", "o_proj", "gate_proj", "up_proj"):
+            self.assertEqual(qtype(f"layers.0.{name}.weight"), "q5_k", name)
+        self.assertEqual(qtype("lm_head.weight"), "q6_k")
+        self.assertEqual(qtype("embed.weight"), "q5_k")
+        self.assertEqual(qtype("embed.weight", tied=True), "q6_k")
+        # llama.cpp's fallback where the width is not a multiple of 256: Q5_K -> Q5_1 (which
+        # quantize_llama refuses), Q6_K -> Q8_0; float where it is not a multiple of 32 either
+        self.assertEqual(qtype("layers.3.q_proj.weight", 576), "q5_1")
+        self.assertEqual(qtype("embed.weight", 576), "q5_1")
+        self.assertEqual(qtype("layers.0.down_proj.weight", 1600), "q8_0")
+        self.assertEqual(qtype("lm_head.weight", 576), "q8_0")
+        self.assertEqual(qtype("embed.weight", 576, True), "q8_0")
+        self.assertEqual(qtype("layers.3.q_proj.weight", 512), "q5_k")
+        self.assertIsNone(qtype("layers.3.q_proj.weight", 100))
 
     def test_q4_0_mix_is_llama_cpps(self):
         # LLAMA_FTYPE_MOSTLY_Q4_0: Q4_0 everywhere but the output head (the embedding table
@@ -220,7 +301,8 @@ class ExportImportTest(unittest.TestCase):
 
     def test_export_records_the_quantization_and_verifies(self):
         cases = [("wide", self.src, "q8_0", {"q8_0"}), ("wide", self.src, "q4_k_m", {"q4_k", "q6_k"}),
-                 ("wide", self.src, "q4_0", {"q4_0", "q6_k"}), ("narrow", self.narrow, "q4_k_m", {"q5_0", "q8_0"}),
+                 ("wide", self.src, "q4_0", {"q4_0", "q6_k"}), ("wide", self.src, "q5_k_m", {"q5_k", "q6_k"}),
+                 ("narrow", self.narrow, "q4_k_m", {"q5_0", "q8_0"}),
                  ("narrow", self.narrow, "q4_0", {"q4_0", "q8_0"})]
         for tag, src, scheme, qtypes in cases:
             out = self.path(f"{tag}-{scheme}.pt")
@@ -240,6 +322,31 @@ class ExportImportTest(unittest.TestCase):
         gpt = make_hf_fixture.make("gpt2", self.tmp.name)
         with self.assertRaisesRegex(export_hf.ExportError, "q8_0 is implemented for the llama family"):
             export_hf.export(gpt, self.path("gpt.pt"), dtype="q8_0", quiet=True)
+
+    def test_q5_k_m_forward_is_near_the_float_models(self):
+        # The scripted forward of each export against the float32 export's, 16 prompts of 8 tokens:
+        # the mean relative error of the logits is between Q8_0's and Q4_K_M's (this random model,
+        # weights drawn at 1.5x, amplifies the weights' error: Q8_0 0.03, Q5_K_M 0.16, Q4_K_M 0.32
+        # where this was written)
+        idx = torch.randint(0, 259, (16, 8), generator=torch.Generator().manual_seed(0))
+        logits = {}
+        for dtype in ("float32", "q8_0", "q4_k_m", "q5_k_m"):
+            export_hf.export(self.src, self.path(f"near-{dtype}.pt"), dtype=dtype, quiet=True)
+            m = torch.jit.load(self.path(f"near-{dtype}.pt"))
+            logits[dtype], _ = m(idx, torch.zeros(16, dtype=torch.long), torch.full((16,), 8), torch.zeros(m.cache_shape(16)))
+        want = logits["float32"]
+        err = {s: float(((logits[s] - want).norm(dim=1) / want.norm(dim=1)).mean()) for s in ("q8_0", "q4_k_m", "q5_k_m")}
+        self.assertLess(err["q5_k_m"], 0.25, err)
+        self.assertLess(err["q8_0"], err["q5_k_m"], err)
+        self.assertLess(err["q5_k_m"], 0.75 * err["q4_k_m"], err)
+
+    def test_q5_k_m_refuses_a_width_llama_cpp_gives_q5_1(self):
+        # widths 64 and 160: llama.cpp's Q5_K_M falls back to Q5_1 there, a type with no kernels
+        # here; the export names the matrix, its width and the type rather than choosing another
+        out = self.path("narrow-q5_k_m.pt")
+        with self.assertRaisesRegex(export_hf.ExportError, r"embed\.weight is 64 wide.*Q5_K_M.*Q5_1"):
+            export_hf.export(self.narrow, out, dtype="q5_k_m", quiet=True)
+        self.assertFalse(os.path.exists(out))
 
     def round_trip(self, src: str, scheme: str, tag: str):
         """src exported as `scheme`, written as GGUF and imported back: (GGUF tensor types,
@@ -292,6 +399,18 @@ class ExportImportTest(unittest.TestCase):
         self.assertEqual(cfg["quantization"], "q4_k_m")
         self.assert_same_bytes_and_forward(a, b)
 
+    def test_gguf_round_trip_of_q5_k_m(self):
+        # Q5_K, with Q6_K for the head and for ffn_down and attn_v of layer 1 (use_more_bits(1, 2))
+        types, md, cfg, a, b = self.round_trip(self.src, "q5_k_m", "rt5km")
+        self.assertEqual(md["general.file_type"], 17)
+        self.assertEqual(set(types.values()), {"Q5_K", "Q6_K", "F32"})
+        self.assertEqual((types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]), ("Q5_K", "Q6_K"))
+        self.assertEqual((types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]), ("Q5_K", "Q6_K"))
+        self.assertEqual((types["token_embd.weight"], types["output.weight"]), ("Q5_K", "Q6_K"))
+        self.assertEqual(cfg["quantization"], "q5_k_m")
+        self.assert_same_bytes_and_forward(a, b)
+        self.assertEqual({s.qtype for _, s in b.named_modules() if hasattr(s, "qtype")}, {"q5_k", "q6_k"})
+
     @unittest.skipUnless(llamacpp_library(), "node-llama-cpp's prebuilt libllama is not installed")
     def test_llama_cpps_quantizer_makes_the_same_file(self):
         # llama.cpp's own llama_model_quantize (scripts/bench/llamacpp_quantize.py) on the
@@ -299,15 +418,25 @@ class ExportImportTest(unittest.TestCase):
         for tag, src in (("wide", self.src), ("narrow", self.narrow)):
             export_hf.export(src, self.path(tag + "-f32.pt"), dtype="float32", quiet=True)
             export_gguf.export(self.path(tag + "-f32.pt"), self.path(tag + "-f32.gguf"), quiet=True)
-            for scheme in ("q4_0", "q4_k_m"):
+            for scheme in ("q4_0", "q4_k_m", "q5_k_m"):
                 ours = self.path(f"{tag}-{scheme}-ours.gguf")
                 theirs = self.path(f"{tag}-{scheme}-llama.gguf")
-                export_hf.export(src, self.path(f"{tag}-{scheme}-ours.pt"), dtype=scheme, quiet=True)
-                export_gguf.export(self.path(f"{tag}-{scheme}-ours.pt"), ours, quiet=True)
                 run = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "llamacpp_quantize.py"),
                                       self.path(tag + "-f32.gguf"), theirs, "--type", scheme, "--threads", "1"],
                                      capture_output=True, text=True)
                 self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+                if (tag, scheme) == ("narrow", "q5_k_m"):
+                    # widths 64 and 160: llama.cpp writes Q5_1 for Q5_K, which the export refuses;
+                    # every matrix has the type llama_tensor_qtype says
+                    with gguf.GgufFile(theirs) as y:
+                        matrices = {n: (t.type_name, t.shape[1]) for n, t in y.tensors.items() if len(t.dims) == 2}
+                    self.assertIn("Q5_1", {kind for kind, _ in matrices.values()})
+                    for n, (kind, width) in matrices.items():
+                        mine = llama.llama_tensor_qtype(scheme, import_gguf._llama_name(n), 2, False, width)
+                        self.assertEqual(kind, mine.upper(), n)
+                    continue
+                export_hf.export(src, self.path(f"{tag}-{scheme}-ours.pt"), dtype=scheme, quiet=True)
+                export_gguf.export(self.path(f"{tag}-{scheme}-ours.pt"), ours, quiet=True)
                 with gguf.GgufFile(ours) as x, gguf.GgufFile(theirs) as y:
                     self.assertEqual({n: t.type_name for n, t in x.tensors.items()},
                                      {n: t.type_name for n, t in y.tensors.items()}, (tag, scheme))
