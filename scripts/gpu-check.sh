@@ -2,8 +2,8 @@
 # GPU check: builds the addon against this machine's Python torch (pip, 2.x, with CUDA), runs
 # the engine tests that take a device on CUDA (the TorchScript runtime: batch == alone,
 # stream == batch, continuous joins, chunked prefill, cancellation, seeded sampling), then the
-# Llama/Qwen/GPT checkpoints of test/native/llama.test.ts on CUDA (float32, bf16, fp16, Q8_0 and
-# Q4_K_M, which the GPU dequantizes once at load; greedy tokens against the Python reference's),
+# Llama/Qwen/GPT checkpoints of test/native/llama.test.ts on CUDA (float32, bf16, fp16, Q8_0,
+# Q4_K_M and Q5_K_M, which the GPU dequantizes once at load; greedy tokens against the Python reference's),
 # then the decode benchmark on the GPU at batch 1 to 64 beside a plain Python TorchScript loop
 # on the same GPU, and prints a table.
 #

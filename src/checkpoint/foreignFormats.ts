@@ -51,7 +51,7 @@ function recognise(path: string): Foreign | undefined {
     if (existsSync(join(path, "config.json"))) {
       return {
         what: "a directory with a config.json (a Hugging Face model?), not a checkpoint file",
-        convert: `Export it once, then serve the file written: ${EXPORT_HF} ${path} OUT.pt [--dtype bfloat16|q8_0|q4_k_m]`,
+        convert: `Export it once, then serve the file written: ${EXPORT_HF} ${path} OUT.pt [--dtype bfloat16|q8_0|q4_k_m|q5_k_m]`,
       };
     }
     return { what: "a directory, not a checkpoint file", convert: "A checkpoint is a TorchScript archive written by the scripts in scripts/model/." };

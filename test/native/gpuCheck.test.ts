@@ -24,7 +24,7 @@ describe("scripts/gpu-check.sh --cpu", function () {
     expect(output).to.match(/passing/);
     expect(output).not.to.match(/failing/);
     // The Llama set on the device: 16-bit and quantized checkpoints, each against its reference.
-    for (const name of ["llama-gqa-bf16", "llama-gqa-fp16", "qwen-bias-tied-q8_0", "llama-wide-q4_k_m"]) {
+    for (const name of ["llama-gqa-bf16", "llama-gqa-fp16", "qwen-bias-tied-q8_0", "llama-wide-q4_k_m", "llama-wide-q5_k_m"]) {
       expect(output).to.include(`${name}, torchscript: greedy agrees with the reference`);
     }
     // One table row per batch: | batch | prefill ms | decode step ms | tokens/s |
