@@ -434,6 +434,10 @@ class ExportImportTest(unittest.TestCase):
                     for n, (kind, width) in matrices.items():
                         mine = llama.llama_tensor_qtype(scheme, import_gguf._llama_name(n), 2, False, width)
                         self.assertEqual(kind, mine.upper(), n)
+                    # and the import refuses the file naming a Q5_1 tensor, writing nothing
+                    with self.assertRaisesRegex(import_gguf.ImportError_, r"tensor \S+.*Q5_1"):
+                        import_gguf.import_gguf(theirs, self.path("narrow-q5_k_m-imported.pt"), quiet=True)
+                    self.assertFalse(os.path.exists(self.path("narrow-q5_k_m-imported.pt")))
                     continue
                 export_hf.export(src, self.path(f"{tag}-{scheme}-ours.pt"), dtype=scheme, quiet=True)
                 export_gguf.export(self.path(f"{tag}-{scheme}-ours.pt"), ours, quiet=True)
