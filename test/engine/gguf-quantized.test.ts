@@ -4,7 +4,8 @@
  * a narrower one (64 and 160 wide: Q5_0 and Q8_0 where a Q4_K_M file's widths are not
  * multiples of 256) in q4_k_m, written
  * to GGUF by export_gguf.py (the checkpoint's GGUF rows as they are) and imported back by
- * import_gguf.py; a Qwen2 with a byte-level BPE tokenizer the same way in q8_0.
+ * import_gguf.py; a Qwen2 with a byte-level BPE tokenizer the same way in q8_0; and llama.cpp's own
+ * Q4_K_S and Q5_K_S files of the wide model (Q5_K rows, beside Q4_K ones in a fused matrix), imported.
  *
  * - The native runtime's greedy tokens (every kernel family this CPU has) agree with llama.cpp's
  *   on the same GGUF file (node-llama-cpp's prebuilt CPU build, in its own process): both
@@ -37,7 +38,9 @@ const TEXTS = ["the cat sat on the mat", "hello world, héllo ☃ 😀", "  two 
 const MAX_NEW = 12;
 // gqa-q4_k_m: llama.cpp's Q4_K_M of 64- and 160-wide matrices, which are Q5_0 and Q8_0 (its
 // fallback where a width is not a multiple of 256), as in real files of Qwen2.5-0.5B or SmolLM2.
-const MODELS = ["wide-q8_0", "wide-q4_k_m", "qwen2-q8_0", "wide-q4_0", "gqa-q4_k_m", "wide-q5_k_m"];
+// wide-q4_k_s and wide-q5_k_s: llama.cpp's own quantizer's files of the same model (its Q4_K_S puts
+// Q5_K in the first layers' attn_v and ffn_down; its Q5_K_S is Q5_K with a Q6_K head), imported.
+const MODELS = ["wide-q8_0", "wide-q4_k_m", "qwen2-q8_0", "wide-q4_0", "gqa-q4_k_m", "wide-q5_k_m", "wide-q4_k_s", "wide-q5_k_s"];
 
 interface ReferenceRow {
   output_ids: number[];
@@ -107,10 +110,10 @@ describe("quantized checkpoints and GGUF files: the same bytes as llama.cpp", fu
     dir = mkdtempSync(join(tmpdir(), "gguf-quant-"));
     python(
       `
-import os, sys
+import os, subprocess, sys
 sys.path[:0] = [${JSON.stringify(join(repoRoot, "test", "model", "python"))}, ${JSON.stringify(join(repoRoot, "python"))}]
 import make_hf_fixture
-from torchserve_node import export_gguf, export_hf, import_gguf
+from torchserve_node import export_gguf, export_hf, gguf, import_gguf
 out = sys.argv[1]
 wide = make_hf_fixture.make("llama-wide", out, make_hf_fixture.QUANT_SPECS["llama-wide"])
 qwen = make_hf_fixture.make("qwen2", out)
@@ -121,6 +124,18 @@ for name, src, scheme in (("wide-q8_0", wide, "q8_0"), ("wide-q4_k_m", wide, "q4
     export_hf.export(src, pt, dtype=scheme, quiet=True)
     export_gguf.export(pt, os.path.join(out, name + ".gguf"), quiet=True)
     import_gguf.import_gguf(os.path.join(out, name + ".gguf"), os.path.join(out, name + "-imported.pt"), context=64, quiet=True)
+export_hf.export(wide, os.path.join(out, "wide-f32.pt"), dtype="float32", quiet=True)
+export_gguf.export(os.path.join(out, "wide-f32.pt"), os.path.join(out, "wide-f32.gguf"), quiet=True)
+for scheme in ("q4_k_s", "q5_k_s"):
+    name = os.path.join(out, "wide-" + scheme)
+    subprocess.run([sys.executable, ${JSON.stringify(join(repoRoot, "scripts", "bench", "llamacpp_quantize.py"))},
+                    os.path.join(out, "wide-f32.gguf"), name + ".gguf", "--type", scheme, "--threads", "1"], check=True, capture_output=True)
+    with gguf.GgufFile(name + ".gguf") as g:  # Q5_K rows (beside Q4_K ones in one fused qkv, for Q4_K_S)
+        kinds = {t.type_name for t in g.tensors.values() if len(t.dims) == 2}
+    assert "Q5_K" in kinds and ("Q4_K" in kinds) == (scheme == "q4_k_s"), (scheme, kinds)
+    # No export of ours to compare with: the import is both sides of the "imported" check.
+    import_gguf.import_gguf(name + ".gguf", name + ".pt", context=64, quiet=True)
+    import_gguf.import_gguf(name + ".gguf", name + "-imported.pt", context=64, quiet=True)
 `,
       dir,
     );
