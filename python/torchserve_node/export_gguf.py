@@ -45,6 +45,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
+from .gguf import LLAMA_FTYPES
 from .llama import rope_inv_freq
 
 GGUF_MAGIC = b"GGUF"
@@ -375,8 +376,8 @@ def export(ckpt: str, out: str, dtype: str = "f32", pre: Optional[str] = None,
         md["general.architecture"] = "llama"
         md["general.name"] = name
         md["general.file_type"] = 1 if f16 else 0
-        if quantized:   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_0 / _Q4_K_M / _Q5_K_M
-            md["general.file_type"] = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}.get(cfg.get("quantization"), 7)
+        if quantized:   # llama.cpp's LLAMA_FTYPE_MOSTLY_ of the scheme (export_hf.py's or a GGUF's)
+            md["general.file_type"] = LLAMA_FTYPES.get(cfg.get("quantization"), 7)
         md.update(llama_metadata(cfg))
         tensors = llama_tensors(sd, cfg, f16, buffers["rope_inv_freq"])
     elif arch == "gpt":

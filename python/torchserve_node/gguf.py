@@ -30,6 +30,10 @@ T_STRING, T_ARRAY = 8, 9
 _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
           7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
 
+# llama.cpp's file types (llama.h's enum llama_ftype, a file's general.file_type) of the
+# quantized mixes whose tensors the project serves, by config.json "quantization" name.
+LLAMA_FTYPES = {"q8_0": 7, "q4_0": 2, "q5_0": 8, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
+
 # ggml types: id -> (name, values per block, bytes per block)
 GGML_TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 
 from . import export_gpt, quant
-from .gguf import GgufError, GgufFile
+from .gguf import LLAMA_FTYPES, GgufError, GgufFile
 from .hf_tokenizer import bytelevel_tokenizer_json
 from .llama import INTERFACE_VERSION, LlamaConfig, LlamaLM, Linear, Embedding, rope_inv_freq
 
@@ -46,7 +46,7 @@ QUANTIZED = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q5_0": "q5_0", "Q4_K": "q4_k", "Q5
 FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 DEFAULT_CONTEXT = 4096
 # llama.cpp file types (general.file_type) -> config.json "quantization".
-FILE_TYPES = {7: "q8_0", 2: "q4_0", 8: "q5_0", 15: "q4_k_m", 14: "q4_k_s", 17: "q5_k_m", 16: "q5_k_s", 18: "q6_k"}
+FILE_TYPES = {ftype: name for name, ftype in LLAMA_FTYPES.items()}
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for byte-level BPE.
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

@@ -23,9 +23,9 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# llama.h's enum llama_ftype, for the quantized types the native runtime serves.
-FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17}
+sys.path.insert(0, os.path.join(ROOT, "python"))
+# llama.h's enum llama_ftype, for the quantized mixes the native runtime serves.
+from torchserve_node.gguf import LLAMA_FTYPES as FTYPES  # noqa: E402
 
 
 class QuantizeParams(ctypes.Structure):
