@@ -126,6 +126,14 @@ function withFile<T>(path: string, read: (fd: number, size: number) => T | undef
   }
 }
 
+/** Up to the first `length` bytes of the file at `path`; undefined where it cannot be read. */
+export function readFileHead(path: string, length: number): Buffer | undefined {
+  return withFile(path, (fd) => {
+    const out = Buffer.alloc(length);
+    return out.subarray(0, readSync(fd, out, 0, length, 0));
+  });
+}
+
 /** The names of the zip archive's entries at `path`; undefined where it is not a zip this reads. */
 export function readArchiveEntryNames(path: string): string[] | undefined {
   return withFile(path, (fd, size) => readDirectory(fd, size)?.map((entry) => entry.name));

@@ -8,24 +8,13 @@
  * Only formats recognised for certain are named: anything else goes on to the addon, whose
  * errors stay the authority on a damaged archive.
  */
-import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 import { ServingError } from "../errors.js";
-import { readArchiveEntryNames } from "./archiveFiles.js";
+import { readArchiveEntryNames, readFileHead } from "./archiveFiles.js";
 
 const EXPORT_HF = "/usr/bin/python3 scripts/model/export_hf.py";
-
-function head(path: string, length: number): Buffer {
-  const fd = openSync(path, "r");
-  try {
-    const out = Buffer.alloc(length);
-    const n = readSync(fd, out, 0, length, 0);
-    return out.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 /** True for a safetensors file: an 8-byte little-endian header length, then that much JSON. */
 function isSafetensors(bytes: Buffer, size: number): boolean {
@@ -57,12 +46,8 @@ function recognise(path: string): Foreign | undefined {
     return { what: "a directory, not a checkpoint file", convert: "A checkpoint is a TorchScript archive written by the scripts in scripts/model/." };
   }
   if (!stats.isFile()) return undefined;
-  let bytes: Buffer;
-  try {
-    bytes = head(path, 16);
-  } catch {
-    return undefined;
-  }
+  const bytes = readFileHead(path, 16);
+  if (!bytes) return undefined;
   if (bytes.subarray(0, 4).toString("latin1") === "GGUF") {
     return {
       what: "a GGUF file",
