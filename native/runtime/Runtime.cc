@@ -18,8 +18,10 @@
 #include "common/Errors.h"
 #include "common/Parallel.h"
 #include "runtime/LoadCheckCache.h"
+#include "steppers/ModuleWeights.h"
 #include "steppers/NativeRegistry.h"
 #include "steppers/ScriptStepper.h"
+#include "steppers/TensorLogits.h"
 
 namespace tsn {
 
@@ -28,6 +30,17 @@ namespace {
 // Prompt tokens for the load-time checks: [rows, length] ids spread over 0..199.
 at::Tensor ProbeTokens(int64_t rows, int64_t length) {
   return (at::arange(rows * length, at::kLong).view({rows, length}) * 37 + 11).remainder(200);
+}
+
+// One step of `stepper` on tensor inputs (idx [B,T], pos [B], lengths [B], int64 on the CPU);
+// its logits copied into a float32 CPU tensor.
+at::Tensor StepLogits(Stepper& stepper, const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
+  const at::Tensor tokens = idx.contiguous(), positions = pos.contiguous(), counts = lengths.contiguous();
+  StepBatch batch(tokens.size(0), tokens.size(1));
+  std::copy_n(tokens.data_ptr<int64_t>(), tokens.numel(), batch.tokens.data());
+  std::copy_n(positions.data_ptr<int64_t>(), batch.slots, batch.positions.data());
+  std::copy_n(counts.data_ptr<int64_t>(), batch.slots, batch.lengths.data());
+  return LogitsTensor(*stepper.Step(batch));
 }
 
 // The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
@@ -49,10 +62,9 @@ std::vector<at::Tensor> ProbeLogits(Stepper& stepper, const Probe& probe) {
   std::vector<at::Tensor> logits;
   stepper.Begin(2);
   const at::Tensor lengths = at::tensor(std::vector<int64_t>{probe.first, probe.second}, at::kLong);
-  logits.push_back(stepper.Step(probe.tokens.narrow(1, 0, probe.first), at::zeros({2}, at::kLong), lengths)
-                       .to(at::kCPU).to(at::kFloat).clone());
+  logits.push_back(StepLogits(stepper, probe.tokens.narrow(1, 0, probe.first), at::zeros({2}, at::kLong), lengths));
   const at::Tensor next = at::stack({probe.tokens[0][probe.first], probe.tokens[1][probe.second]}).view({2, 1});
-  logits.push_back(stepper.Step(next, lengths, at::ones({2}, at::kLong)).to(at::kCPU).to(at::kFloat).clone());
+  logits.push_back(StepLogits(stepper, next, lengths, at::ones({2}, at::kLong)));
   stepper.End();
   return logits;
 }
@@ -66,8 +78,7 @@ std::vector<at::Tensor> ReferenceLogits(Stepper& stepper, const Probe& probe) {
   stepper.Begin(4);
   const at::Tensor lengths =
       at::tensor(std::vector<int64_t>{probe.first, probe.second, probe.first + 1, probe.second + 1}, at::kLong);
-  const at::Tensor all =
-      stepper.Step(at::cat({probe.tokens, probe.tokens}), at::zeros({4}, at::kLong), lengths).to(at::kCPU).to(at::kFloat);
+  const at::Tensor all = StepLogits(stepper, at::cat({probe.tokens, probe.tokens}), at::zeros({4}, at::kLong), lengths);
   stepper.End();
   return {all.narrow(0, 0, 2).clone(), all.narrow(0, 2, 2).clone()};
 }
@@ -171,7 +182,7 @@ WorkloadTime TimeWorkload(Stepper& stepper, int untimed, double untimedBudget = 
     at::Tensor lengths = at::full({kRows}, kPrompt, at::kLong);
     bool stopped = false;
     for (int64_t step = 0; step <= kSteps; ++step) {
-      at::Tensor logits = stepper.Step(idx, pos, lengths).to(at::kCPU);
+      at::Tensor logits = StepLogits(stepper, idx, pos, lengths);
       pos = pos + lengths;
       idx = logits.to(at::kFloat).argmax(1, true);
       lengths = at::ones({kRows}, at::kLong);
@@ -345,7 +356,7 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
   // load from the page cache): it runs on the load's threads, as reading and packing do, and the
   // stepper serves on the threads asked for after it.
   const int threads = std::max(request.threads, static_cast<int>(LoadThreads()));
-  native = factory(NativeContext{*model.module, request.fields, kernels, threads, request.kvBudgetBytes});
+  native = factory(NativeContext{WeightsOfModule(*model.module), request.fields, kernels, threads, request.kvBudgetBytes});
   clock.Lap("pack");
   const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));
   native->UseThreads(request.threads);
@@ -445,7 +456,8 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
                     " for this archive, build and kernel family (remembered in " + cache.file() + ")";
         // A remembered timing that chose the TorchScript runtime: nothing is packed.
         if (verdict->agrees && !(rememberedDecision && !rememberedDecision->native)) {
-          native = factory(NativeContext{*model.module, request.fields, kernels, request.threads, request.kvBudgetBytes});
+          native = factory(
+              NativeContext{WeightsOfModule(*model.module), request.fields, kernels, request.threads, request.kvBudgetBytes});
           clock.Lap("pack");
         }
       } else {

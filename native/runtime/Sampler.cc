@@ -7,7 +7,6 @@
 #include <functional>
 #include <limits>
 
-#include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 
@@ -130,10 +129,10 @@ std::pair<int64_t, float> ArgMax(const float* v, int64_t n) {
 
 // The CPU path: plain loops over each row, no tensor ops (a decode step of a small model
 // takes a fraction of a millisecond; dispatching a dozen ATen ops would cost a tenth of it).
-std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vector<SampleRow>& rows) {
-  const at::Tensor logits = logitsIn.to(at::kCPU).to(at::kFloat).contiguous();
+// `logits`: [logitRows][vocab] in host memory.
+std::vector<SampledToken> SampleOnCpu(const float* logits, int64_t logitRows, int64_t vocab,
+                                      const std::vector<SampleRow>& rows) {
   const int64_t count = static_cast<int64_t>(rows.size());
-  const int64_t vocab = logits.size(1);
   std::vector<SampledToken> out(count);
   // Kept between calls (a vocabulary's worth, every step): written before read.
   thread_local std::vector<float> weights;
@@ -143,8 +142,8 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
   std::vector<int32_t> order;
   for (int64_t r = 0; r < count; ++r) {
     const int64_t source = rows[r].logitRow;
-    if (source < 0 || source >= logits.size(0)) throw CodedError(ErrorCode::kInference, "sampled row outside the logits");
-    const float* raw = logits.data_ptr<float>() + source * vocab;
+    if (source < 0 || source >= logitRows) throw CodedError(ErrorCode::kInference, "sampled row outside the logits");
+    const float* raw = logits + source * vocab;
     const SamplingSettings& p = *rows[r].settings;
     if (AnyNan(raw, vocab)) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
     const float* row = raw;
@@ -200,78 +199,32 @@ std::vector<SampledToken> SampleOnCpu(const at::Tensor& logitsIn, const std::vec
 
 }  // namespace
 
-std::vector<SampledToken> SampleTokens(const at::Tensor& logitsIn, std::vector<SampleRow> params) {
+std::vector<SampledToken> SampleTokens(const Logits& logits, std::vector<SampleRow> rows) {
   // On the CPU the rows are read where they are: an index_select per step copied them into a
   // fresh tensor (a parallel copy and new pages every step, for one row of a batch-1 decode).
-  if (logitsIn.is_cpu()) return SampleOnCpu(logitsIn, params);
-  at::Tensor logits = logitsIn;
-  bool identity = logitsIn.size(0) == static_cast<int64_t>(params.size());
-  std::vector<int64_t> sources;
-  for (size_t r = 0; r < params.size(); ++r) {
-    identity = identity && params[r].logitRow == static_cast<int64_t>(r);
-    sources.push_back(params[r].logitRow);
-    params[r].logitRow = static_cast<int64_t>(r);
-  }
-  if (!identity) logits = logitsIn.index_select(0, Upload(at::tensor(sources, at::kLong), logitsIn.device()));
+  if (const float* host = logits.host()) return SampleOnCpu(host, logits.rows(), logits.vocab(), rows);
   bool cpu = false;
-  for (const SampleRow& row : params) cpu = cpu || row.settings->NeedsCpu() || row.mask != nullptr;
-  if (cpu) return SampleOnCpu(logits, params);
-  return SampleWithTensorOps(logits, params);
-}
-
-std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<SampleRow>& params) {
-  // The device path: everything stays on the device, and the step waits for it once, when
-  // the chosen ids (with a NaN flag) come back to the host.
-  const int64_t rows = logitsIn.size(0);
-  const int64_t vocab = logitsIn.size(1);
-  const auto device = logitsIn.device();
-  at::Tensor logits = logitsIn.to(at::kFloat);
-  at::Tensor ids = logits.argmax(1);  // greedy rows keep these
-
-  std::vector<int64_t> sampled;  // rows that sample rather than take the argmax
-  for (int64_t r = 0; r < rows; ++r) {
-    if (params[r].settings->temperature > kGreedyTemperature) sampled.push_back(r);
-  }
-  if (!sampled.empty()) {
-    const int64_t n = static_cast<int64_t>(sampled.size());
-    // One upload for every row's settings: row index, 1/T, k-th column, keeps-all, draw.
-    at::Tensor settings = at::empty({5, n}, at::kDouble);
-    auto set = settings.accessor<double, 2>();
-    int64_t topKWidth = 0;  // widest top-k among the rows that restrict the vocabulary
-    for (int64_t i = 0; i < n; ++i) {
-      const SamplingSettings& p = *params[sampled[i]].settings;
-      const int64_t keep = (p.topK <= 0 || p.topK >= vocab) ? vocab : p.topK;
-      if (keep < vocab) topKWidth = std::max(topKWidth, keep);
-      set[0][i] = static_cast<double>(sampled[i]);
-      set[1][i] = 1.0 / p.temperature;
-      set[2][i] = keep >= vocab ? 0.0 : static_cast<double>(keep - 1);
-      set[3][i] = keep >= vocab ? 1.0 : 0.0;
-      set[4][i] = params[sampled[i]].random->UniformOpenClosed();
+  for (const SampleRow& row : rows) cpu = cpu || row.settings->NeedsCpu() || row.mask != nullptr;
+  if (cpu) {
+    // The rows come over in one copy, and are sampled there.
+    std::vector<int64_t> sources;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      sources.push_back(rows[r].logitRow);
+      rows[r].logitRow = static_cast<int64_t>(r);
     }
-    at::Tensor onDevice = Upload(settings, device);
-    at::Tensor index = onDevice[0].to(at::kLong);
-    at::Tensor scaled = logits.index_select(0, index) * onDevice[1].to(at::kFloat).unsqueeze(1);
-    if (topKWidth > 0) {
-      // Each row keeps the tokens at or above its own k-th largest value; rows without a
-      // top-k keep everything.
-      at::Tensor topValues = std::get<0>(scaled.topk(topKWidth, 1, true, true));
-      at::Tensor kth = topValues.gather(1, onDevice[2].to(at::kLong).unsqueeze(1));
-      kth = kth.masked_fill(onDevice[3].to(at::kBool).unsqueeze(1), -std::numeric_limits<float>::infinity());
-      scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
-    }
-    // Inverse-CDF draw: the first token whose cumulative probability reaches u * total.
-    at::Tensor cdf = at::softmax(scaled, 1).cumsum(1);
-    at::Tensor total = cdf.select(1, vocab - 1).unsqueeze(1);
-    at::Tensor u = onDevice[4].to(at::kFloat).unsqueeze(1) * total;
-    at::Tensor chosen = at::searchsorted(cdf, u).clamp_max(vocab - 1).view({n});
-    ids = ids.index_copy(0, index, chosen);
+    const std::vector<float> gathered = logits.HostRows(sources);
+    return SampleOnCpu(gathered.data(), static_cast<int64_t>(rows.size()), logits.vocab(), rows);
   }
-  at::Tensor nan = at::isnan(logits).any().to(at::kLong).view({1});
-  const at::Tensor host = at::cat({ids, nan}).to(at::kCPU);  // the step's one host sync
-  const int64_t* data = host.data_ptr<int64_t>();
-  if (data[rows] != 0) throw CodedError(ErrorCode::kInference, "the model produced NaN logits");
-  std::vector<SampledToken> out(rows);
-  for (int64_t r = 0; r < rows; ++r) out[r].token = data[r];
+  // Greedy rows take the argmax there; sampled rows draw their uniform here, in row order.
+  std::vector<Logits::Draw> draws;
+  for (const SampleRow& row : rows) {
+    const SamplingSettings& p = *row.settings;
+    const bool sampled = p.temperature > kGreedyTemperature;
+    draws.push_back({row.logitRow, sampled ? p.temperature : 0.0, p.topK, sampled ? row.random->UniformOpenClosed() : 0.0});
+  }
+  const std::vector<int64_t> ids = logits.DrawOnDevice(draws);
+  std::vector<SampledToken> out(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) out[r].token = ids[r];
   return out;
 }
 

@@ -9,13 +9,13 @@
 // are an error, not a token.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <cstdint>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include "steppers/Logits.h"
 
 namespace tsn {
 
@@ -77,14 +77,11 @@ struct SampledToken {
   std::vector<float> topLogprobs;
 };
 
-// logits: [slots, V] on any device, read at each row's logitRow (on the CPU in place, with no
-// copy; on a device the rows are gathered there first). Returns one choice per row.
-std::vector<SampledToken> SampleTokens(const at::Tensor& logits, std::vector<SampleRow> rows);
-
-// The path for logits on an accelerator (SampleTokens picks it): tensor ops only, one
-// device-to-host copy per call (the ids). Also runs on CPU tensors, so it can be checked
-// against the CPU path there. Row r reads logits row r (logitRow is not looked at).
-// Rows whose settings NeedsCpu() or that carry a mask are not for this path.
-std::vector<SampledToken> SampleWithTensorOps(const at::Tensor& logits, const std::vector<SampleRow>& rows);
+// logits: [slots, V] in host memory or on a device, read at each row's logitRow (in host
+// memory in place, with no copy). Logits on a device are sampled there with tensor ops
+// (Logits::DrawOnDevice: one device-to-host copy, the ids) unless a row's settings NeedsCpu()
+// or it carries a mask: then the rows are copied over and sampled on the CPU. Returns one
+// choice per row.
+std::vector<SampledToken> SampleTokens(const Logits& logits, std::vector<SampleRow> rows);
 
 }  // namespace tsn

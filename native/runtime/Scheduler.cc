@@ -66,7 +66,7 @@ void Scheduler::Serve(std::shared_ptr<ScheduledJob> first, const MoreJobs& more)
       }
       GraceForHeld();
       bool steppable = false;  // rows may have finished during the grace
-      for (const auto& slot : slots_) steppable = steppable || (slot && !slot->held.defined());
+      for (const auto& slot : slots_) steppable = steppable || (slot && slot->held.empty());
       if (!steppable) continue;
       const auto started = std::chrono::steady_clock::now();
       Step();
@@ -171,7 +171,7 @@ void Scheduler::Step() {
   }
   // A batch-bound cache computes finished rows too: drop them once they are the majority.
   if (!stepper_.AddressableSlots() && slots_.size() >= 4 && active.size() * 2 <= slots_.size()) {
-    stepper_.Keep(at::tensor(std::vector<int64_t>(active.begin(), active.end()), at::kLong));
+    stepper_.Keep(std::vector<int64_t>(active.begin(), active.end()));
     std::vector<std::unique_ptr<Row>> kept;
     for (size_t s : active) kept.push_back(std::move(slots_[s]));
     slots_ = std::move(kept);
@@ -187,22 +187,17 @@ void Scheduler::Step() {
   const int64_t count = static_cast<int64_t>(slots_.size());
   int64_t width = 1;
   for (int64_t n : plan) width = std::max(width, n);
-  at::Tensor idx = at::zeros({count, width}, at::kLong);
-  at::Tensor pos = at::zeros({count}, at::kLong);
-  at::Tensor lengths = at::zeros({count}, at::kLong);
-  auto idxData = idx.accessor<int64_t, 2>();
-  auto posData = pos.accessor<int64_t, 1>();
-  auto lenData = lengths.accessor<int64_t, 1>();
+  StepBatch batch(count, width);
   std::vector<size_t> sampling;  // rows whose feed ends this step: they pick a token
   for (size_t i = 0; i < active.size(); ++i) {
     const size_t s = active[i];
     Row& row = *slots_[s];
     const int64_t n = plan[i];
-    for (int64_t t = 0; t < n; ++t) idxData[s][t] = row.feed[t];
-    posData[s] = row.position;
-    lenData[s] = n;
+    for (int64_t t = 0; t < n; ++t) batch.token(s, t) = row.feed[t];
+    batch.positions[s] = row.position;
+    batch.lengths[s] = n;
     // Waits for its source's prefill (below), a running row's prefix, or its mask.
-    if (row.prefillFrom || row.prefixFrom || row.held.defined()) continue;
+    if (row.prefillFrom || row.prefixFrom || !row.held.empty()) continue;
     if (n == static_cast<int64_t>(row.feed.size())) {
       sampling.push_back(s);
     } else if (n > 0) {
@@ -219,7 +214,7 @@ void Scheduler::Step() {
     if (source && std::find(sampling.begin(), sampling.end(), SlotOf(source)) != sampling.end()) copies.push_back(s);
   }
 
-  at::Tensor logits = stepper_.Step(idx, pos, lengths);
+  const std::shared_ptr<const Logits> logits = stepper_.Step(batch);
   CopyPrefills(copies);
   sampling.insert(sampling.end(), copies.begin(), copies.end());
   if (sampling.empty()) return;
@@ -230,14 +225,14 @@ void Scheduler::Step() {
     const int64_t from = static_cast<int64_t>(row.prefillFrom ? SlotOf(row.prefillFrom) : s);
     if (row.constrained && !row.job->generation->TakeMask(row.index, row.mask)) {
       // Its mask is still being computed on the JS thread: keep the logits, go on without it.
-      row.held = logits[from].to(at::kCPU).to(at::kFloat).clone().unsqueeze(0);
+      row.held = logits->HostRows({from});
       continue;
     }
     active.push_back(s);
     sampleRows.push_back(SampleRowOf(row, from));
   }
   std::vector<SampledToken> tokens;
-  if (!active.empty()) tokens = SampleTokens(logits, std::move(sampleRows));
+  if (!active.empty()) tokens = SampleTokens(*logits, std::move(sampleRows));
   for (size_t s : sampling) {
     Row& row = *slots_[s];
     row.prefillFrom = nullptr;
@@ -264,13 +259,13 @@ void Scheduler::GraceForHeld() {
   const auto deadline = std::chrono::steady_clock::now() + grace;
   for (;;) {
     bool held = false;
-    for (const auto& slot : slots_) held = held || (slot && slot->held.defined());
+    for (const auto& slot : slots_) held = held || (slot && !slot->held.empty());
     const auto now = std::chrono::steady_clock::now();
     if (!held || now >= deadline) return;
     const uint64_t signals = Generation::SignalCount();
     ResumeHeld();
     held = false;
-    for (const auto& slot : slots_) held = held || (slot && slot->held.defined());
+    for (const auto& slot : slots_) held = held || (slot && !slot->held.empty());
     if (!held) return;
     Generation::WaitForSignal(signals, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
   }
@@ -281,13 +276,14 @@ bool Scheduler::ResumeHeld() {
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s]) continue;
     Row& row = *slots_[s];
-    if (!row.held.defined()) {
+    if (row.held.empty()) {
       stepping = true;
       continue;
     }
     if (!row.job->generation->TakeMask(row.index, row.mask)) continue;
-    const at::Tensor logits = std::move(row.held);
-    row.held = at::Tensor();
+    const int64_t vocab = static_cast<int64_t>(row.held.size());
+    const HostLogits logits(std::move(row.held), vocab);
+    row.held.clear();
     const std::vector<SampledToken> tokens = SampleTokens(logits, {SampleRowOf(row, 0)});
     Accept(s, tokens[0]);
     stepping = stepping || slots_[s] != nullptr;

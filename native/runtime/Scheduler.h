@@ -92,7 +92,7 @@ class Scheduler {
     // (ResumeHeld): the other rows never wait for the JS thread.
     bool constrained = false;
     std::vector<int32_t> mask;
-    at::Tensor held;  // defined while the row waits for its mask
+    std::vector<float> held;  // its logits row while it waits for its mask (else empty)
     // Set while this row waits for a running row (another job's, same prompt prefix) to have
     // computed positions 0..prefixLength-1, which it then copies; it feeds nothing meanwhile.
     const Row* prefixFrom = nullptr;

@@ -33,29 +33,17 @@ DecoderStepper::DecoderStepper(const NativeContext& context, const char* archite
       team_(std::make_unique<ThreadTeam>(context.threads)),
       architecture_(architecture),
       kvBudgetBytes_(context.kvBudgetBytes > 0 ? context.kvBudgetBytes : 256LL << 20) {
-  for (const auto& p : context.module.named_parameters(true)) {
-    weights_[p.name] = p.value.detach().to(at::kCPU).contiguous();
-  }
-  for (const auto& m : context.module.named_modules()) {
-    if (!m.value.hasattr("qtype") || !m.value.hasattr("qweight")) continue;
-    const std::string name = (m.name.empty() ? "" : m.name + ".") + "weight";
-    const c10::IValue qtype = m.value.attr("qtype");
-    const c10::IValue bytes = m.value.attr("qweight");
-    if (!qtype.isString() || !bytes.isTensor()) Mismatch(name + ": qtype or qweight of the wrong kind");
-    const std::string type = qtype.toStringRef();
-    const WeightType quantType = WeightTypeOf(type);
+  weights_ = context.weights.tensors;
+  for (const auto& [name, weight] : context.weights.quantized) {
+    const WeightType quantType = WeightTypeOf(weight.qtype);
     if (!IsQuantized(quantType)) {
-      Mismatch(name + " has the quantization \"" + type + "\", which the native runtime does not implement");
+      Mismatch(name + " has the quantization \"" + weight.qtype + "\", which the native runtime does not implement");
     }
-    const char* width = m.value.hasattr("in_features") ? "in_features" : "embedding_dim";
-    if (!m.value.hasattr(width)) Mismatch(name + ": no " + width);
-    QuantMatrix q{bytes.toTensor().detach(), quantType, 0, m.value.attr(width).toInt()};
-    q.rows = q.bytes.dim() == 2 ? q.bytes.size(0) : 0;
+    QuantMatrix q{weight.rows, quantType, weight.rows.shape.size() == 2 ? weight.rows.size(0) : 0, weight.cols};
     const int64_t rowBytes = q.cols % BlockValues(q.type) == 0 ? static_cast<int64_t>(RowBytes(q.type, static_cast<int>(q.cols))) : -1;
-    if (q.bytes.scalar_type() != at::kByte || q.bytes.dim() != 2 || !q.bytes.is_contiguous() || !q.bytes.device().is_cpu() ||
-        rowBytes < 0 || q.bytes.size(1) != rowBytes) {
-      Mismatch(name + ": qweight is not uint8 [rows, " + std::to_string(rowBytes) + "] on the CPU for " +
-               std::to_string(q.cols) + " " + type + " columns");
+    if (q.bytes.dtype != WeightDtype::U8 || q.bytes.shape.size() != 2 || rowBytes < 0 || q.bytes.size(1) != rowBytes) {
+      Mismatch(name + ": qweight is not uint8 [rows, " + std::to_string(rowBytes) + "] for " + std::to_string(q.cols) + " " +
+               weight.qtype + " columns");
     }
     quantized_[name] = std::move(q);
   }
@@ -71,49 +59,49 @@ std::pair<int64_t, int64_t> DecoderStepper::MatrixShape(const std::string& name,
     if (cols >= 0 && q->cols != cols) Mismatch(name + " has " + std::to_string(q->cols) + " columns");
     return {q->rows, q->cols};
   }
-  const at::Tensor& t = Need(name, {-1, cols});
+  const WeightView& t = Need(name, {-1, cols});
   return {t.size(0), t.size(1)};
 }
 
 PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
-                                   const at::Tensor& bias, WeightType type) {
+                                   const std::vector<float>& bias, WeightType type) {
   int64_t n = 0;
   for (int64_t r : rows) n += r;
   const QuantMatrix* first = Quantized(names[0]);
   if (first == nullptr) {
     if (names.size() == 1) return Pack(Need(names[0], {rows[0], k}), bias, type);
     // Fused as it is packed, part by part: no stacked copy of the layer is made.
-    std::vector<at::Tensor> parts;
     std::vector<const void*> pointers;
     std::vector<int> counts;
+    const WeightDtype dtype = Need(names[0], {rows[0], k}).dtype;
     for (size_t i = 0; i < names.size(); ++i) {
-      parts.push_back(SourceOf(Need(names[i], {rows[i], k})));
-      if (parts.back().scalar_type() != parts.front().scalar_type()) Mismatch(names[i] + " has another dtype than " + names[0]);
-      pointers.push_back(parts.back().data_ptr());
+      const WeightView& part = Need(names[i], {rows[i], k});
+      if (part.dtype != dtype) Mismatch(names[i] + " has another dtype than " + names[0]);
+      pointers.push_back(part.data);
       counts.push_back(static_cast<int>(rows[i]));
     }
-    const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
-    PackedLinear packed(pointers, counts, SourceType(parts.front()), floatBias.defined() ? floatBias.data_ptr<float>() : nullptr,
-                        static_cast<int>(n), static_cast<int>(k), type);
+    if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch(names[0] + ": a bias of another width");
+    PackedLinear packed(pointers, counts, SourceType(dtype), bias.empty() ? nullptr : bias.data(), static_cast<int>(n),
+                        static_cast<int>(k), type);
     heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
     return packed;
   }
-  auto owners = std::make_shared<std::vector<at::Tensor>>();
+  auto owners = std::make_shared<std::vector<std::shared_ptr<const void>>>();
   std::vector<const uint8_t*> pointers;
   std::vector<WeightType> types;
   for (size_t i = 0; i < names.size(); ++i) {
     const QuantMatrix* q = Quantized(names[i]);
     if (q == nullptr) Mismatch(names[i] + " is not quantized, and " + names[0] + " is");
     if (q->rows != rows[i] || q->cols != k) Mismatch(names[i] + " has shape [" + std::to_string(q->rows) + ", " + std::to_string(q->cols) + "]");
-    const uint8_t* base = q->bytes.data_ptr<uint8_t>();
+    const uint8_t* base = static_cast<const uint8_t*>(q->bytes.data);
     const int64_t stride = q->bytes.size(1);
     for (int64_t r = 0; r < q->rows; ++r) pointers.push_back(base + r * stride);
     types.insert(types.end(), q->rows, q->type);
-    owners->push_back(q->bytes);
+    owners->push_back(q->bytes.owner);
   }
-  const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
-  PackedLinear packed(std::move(pointers), std::move(types), std::move(owners),
-                      floatBias.defined() ? floatBias.data_ptr<float>() : nullptr, static_cast<int>(n), static_cast<int>(k));
+  if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch(names[0] + ": a bias of another width");
+  PackedLinear packed(std::move(pointers), std::move(types), std::move(owners), bias.empty() ? nullptr : bias.data(),
+                      static_cast<int>(n), static_cast<int>(k));
   // The rows stay the module's tensors (released from the module once packed, kept alive here).
   heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
   return packed;
@@ -135,13 +123,17 @@ void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, in
   for (auto& scratch : scratch_) scratch.Resize(static_cast<size_t>(kAttendScratchRows) * cache_.contextPad());
 }
 
-const at::Tensor& DecoderStepper::Need(const std::string& name, std::vector<int64_t> shape) const {
+const WeightView& DecoderStepper::Need(const std::string& name, std::vector<int64_t> shape) const {
   auto it = weights_.find(name);
   if (it == weights_.end()) Mismatch("missing " + name);
-  const auto sizes = it->second.sizes();
+  const std::vector<int64_t>& sizes = it->second.shape;
   bool fits = sizes.size() == shape.size();
   for (size_t i = 0; fits && i < shape.size(); ++i) fits = shape[i] < 0 || sizes[i] == shape[i];
-  if (!fits) Mismatch(name + " has shape " + c10::str(sizes));
+  if (!fits) {
+    std::string shown;
+    for (int64_t size : sizes) shown += (shown.empty() ? "" : ", ") + std::to_string(size);
+    Mismatch(name + " has shape [" + shown + "]");
+  }
   return it->second;
 }
 
@@ -150,42 +142,51 @@ void DecoderStepper::Mismatch(const std::string& what) const {
                    std::string("not the ") + architecture_ + " parameter layout for the native runtime: " + what);
 }
 
-bool DecoderStepper::Shared(const at::Tensor& a, const at::Tensor& b) {
-  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
+bool DecoderStepper::Shared(const WeightView& a, const WeightView& b) { return a.data == b.data && a.shape == b.shape; }
+
+std::vector<float> DecoderStepper::Floats(const WeightView& tensor) {
+  std::vector<float> out(static_cast<size_t>(tensor.numel()));
+  if (tensor.dtype == WeightDtype::F32) {
+    const float* data = static_cast<const float*>(tensor.data);
+    std::copy(data, data + out.size(), out.begin());
+  } else if (tensor.dtype == WeightDtype::BF16 || tensor.dtype == WeightDtype::F16) {
+    const uint16_t* bits = static_cast<const uint16_t*>(tensor.data);
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (tensor.dtype == WeightDtype::F16) {
+        out[i] = HalfToFloat(bits[i]);
+      } else {
+        const uint32_t wide = static_cast<uint32_t>(bits[i]) << 16;
+        std::memcpy(&out[i], &wide, sizeof wide);
+      }
+    }
+  } else {
+    throw CodedError(ErrorCode::kCheckpointInterface, "a uint8 tensor where floats belong");
+  }
+  return out;
 }
 
-std::vector<float> DecoderStepper::Copy(const at::Tensor& tensor) {
-  const at::Tensor floats = tensor.to(at::kFloat).contiguous();
-  const float* data = floats.data_ptr<float>();
-  heldBytes_ += static_cast<int64_t>(floats.numel() * sizeof(float));
-  return std::vector<float>(data, data + floats.numel());
+std::vector<float> DecoderStepper::Copy(const WeightView& tensor) {
+  std::vector<float> out = Floats(tensor);
+  heldBytes_ += static_cast<int64_t>(out.size() * sizeof(float));
+  return out;
 }
 
-at::Tensor DecoderStepper::SourceOf(const at::Tensor& weight) {
-  at::Tensor source = weight.contiguous();
-  const c10::ScalarType type = source.scalar_type();
-  return type == at::kBFloat16 || type == at::kHalf || type == at::kFloat ? source : source.to(at::kFloat);
+WeightType DecoderStepper::SourceType(WeightDtype dtype) {
+  return dtype == WeightDtype::BF16 ? WeightType::BF16 : dtype == WeightDtype::F16 ? WeightType::F16 : WeightType::F32;
 }
 
-WeightType DecoderStepper::SourceType(const at::Tensor& source) {
-  return source.scalar_type() == at::kBFloat16 ? WeightType::BF16
-         : source.scalar_type() == at::kHalf   ? WeightType::F16
-                                               : WeightType::F32;
-}
-
-PackedLinear DecoderStepper::Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type) {
-  const at::Tensor source = SourceOf(weight);
-  const WeightType sourceType = SourceType(source);
-  const at::Tensor floatBias = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
-  PackedLinear packed(source.data_ptr(), sourceType, floatBias.defined() ? floatBias.data_ptr<float>() : nullptr,
-                      static_cast<int>(source.size(0)), static_cast<int>(source.size(1)), type);
+PackedLinear DecoderStepper::Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type) {
+  if (weight.dtype == WeightDtype::U8 || weight.shape.size() != 2) Mismatch("a matrix that is not float32, bf16 or fp16 [n, k]");
+  if (!bias.empty() && static_cast<int64_t>(bias.size()) != weight.size(0)) Mismatch("a bias of another width than its weight");
+  PackedLinear packed(weight.data, SourceType(weight.dtype), bias.empty() ? nullptr : bias.data(),
+                      static_cast<int>(weight.size(0)), static_cast<int>(weight.size(1)), type);
   heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
   return packed;
 }
 
 void DecoderStepper::Begin(int64_t batch) {
   cache_.Allocate(static_cast<int>(batch));
-  logits_ = at::Tensor();
+  logits_.reset();
 }
 
 int64_t DecoderStepper::SlotBudget() const {
@@ -258,30 +259,28 @@ void DecoderStepper::CopyRow(int64_t from, int64_t to, int64_t positions) {
   cache_.CopySlot(static_cast<int>(from), static_cast<int>(to), static_cast<int>(positions));
 }
 
-at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
-  const int slots = static_cast<int>(idx.size(0));
+std::shared_ptr<const Logits> DecoderStepper::Step(const StepBatch& batch) {
+  const int slots = static_cast<int>(batch.slots);
   if (slots != cache_.slots()) throw CodedError(ErrorCode::kInference, "step batch does not match the cache");
-  auto tokens = idx.accessor<int64_t, 2>();
-  auto positions = pos.accessor<int64_t, 1>();
-  auto counts = lengths.accessor<int64_t, 1>();
   segments_.clear();
   int rows = 0;
   for (int s = 0; s < slots; ++s) {
-    const int count = static_cast<int>(counts[s]);
+    const int count = static_cast<int>(batch.lengths[s]);
     if (count <= 0) continue;
-    const int position = static_cast<int>(positions[s]);
+    if (count > batch.width) throw CodedError(ErrorCode::kInference, "a row feeds more tokens than the step holds");
+    const int position = static_cast<int>(batch.positions[s]);
     if (position < 0 || position + count > context_) {
       throw CodedError(ErrorCode::kInference, "a row would pass the model's context length");
     }
     segments_.push_back({s, rows, count, position});
     rows += count;
   }
-  // A fresh [slots, vocab] tensor each step would be zero-filled (a parallel fill that wakes
-  // ATen's thread pool) and mapped anew (page faults on every step): measured 20% of a
-  // GPT-2-small batch-1 step on 2 threads. The previous step's is reused unless a caller
-  // still holds it. Rows of idle slots are left as they are (nobody samples them).
-  if (!logits_.defined() || logits_.size(0) != slots || logits_.use_count() > 1) {
-    logits_ = at::zeros({slots, vocab_}, at::kFloat);
+  // Fresh [slots, vocab] logits each step would be zero-filled and mapped anew (page faults on
+  // every step): measured 20% of a GPT-2-small batch-1 step on 2 threads. The previous step's
+  // are reused unless a caller still holds them. Rows of idle slots are left as they are
+  // (nobody samples them).
+  if (!logits_ || logits_->rows() != slots || logits_.use_count() > 1) {
+    logits_ = std::make_shared<HostLogits>(slots, vocab_);
   }
   if (rows == 0) return logits_;
 
@@ -292,14 +291,14 @@ at::Tensor DecoderStepper::Step(const at::Tensor& idx, const at::Tensor& pos, co
   Reserve(rows);
   for (const Segment& segment : segments_) {
     for (int t = 0; t < segment.count; ++t) {
-      const int64_t token = tokens[segment.slot][t];
+      const int64_t token = batch.token(segment.slot, t);
       if (token < 0 || token >= vocab_) throw CodedError(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
       Embed(token, segment.position + t, x_.get() + (segment.firstRow + t) * d);
     }
   }
 
   // Segments of consecutive slots (a batch-1 step, a full batch) write their logits in place.
-  float* out = logits_.data_ptr<float>();
+  float* out = logits_->data();
   const bool inPlace = segments_.back().slot - segments_.front().slot == count - 1;
   float* last = out + static_cast<size_t>(segments_.front().slot) * vocab_;
   if (!inPlace) {

@@ -5,8 +5,6 @@
 // embeddings of the step's tokens and runs its layers; this class does the rest.
 #pragma once
 
-#include <torch/script.h>
-
 #include <map>
 #include <string>
 #include <utility>
@@ -22,7 +20,7 @@ namespace tsn {
 class DecoderStepper : public Stepper {
  public:
   void Begin(int64_t batch) override;
-  at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
+  std::shared_ptr<const Logits> Step(const StepBatch& batch) override;
   bool AddressableSlots() const override { return true; }
   // As many slots as fit in the KV budget (256 MiB by default; at least 8, at most 64).
   int64_t SlotBudget() const override;
@@ -57,22 +55,26 @@ class DecoderStepper : public Stepper {
   // checkpoint.
   void SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context, WeightType cacheType);
 
-  // The checkpoint's parameters by name: the module's own CPU tensors in their own dtype (no
-  // copy is made; packing reads them as they are); a -1 in `shape` matches any size.
-  const at::Tensor& Need(const std::string& name, std::vector<int64_t> shape) const;
+  // The checkpoint's parameters by name, in their own dtype (no copy is made; packing reads
+  // them as they are); a -1 in `shape` matches any size.
+  const WeightView& Need(const std::string& name, std::vector<int64_t> shape) const;
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
   // Whether two parameters are one tensor (a head tied to the embedding).
-  static bool Shared(const at::Tensor& a, const at::Tensor& b);
+  static bool Shared(const WeightView& a, const WeightView& b);
   // Throws CodedError(ERR_CHECKPOINT_INTERFACE) naming the architecture and `what`.
   [[noreturn]] void Mismatch(const std::string& what) const;
-  // A small tensor (norms, biases, position tables) as floats, counted in WeightBytes().
-  std::vector<float> Copy(const at::Tensor& tensor);
-  // A weight [n, k] (float32, bf16 or fp16) and optional bias [n] packed as `type`, counted in
-  // WeightBytes(); a 16-bit weight is packed from its own bits, never through a float32 copy.
-  PackedLinear Pack(const at::Tensor& weight, const at::Tensor& bias, WeightType type);
-  // A weight as packing reads it: contiguous, in float32, bf16 or fp16; and which of these.
-  static at::Tensor SourceOf(const at::Tensor& weight);
-  static WeightType SourceType(const at::Tensor& source);
+  // A small tensor (norms, position tables) as floats, counted in WeightBytes().
+  std::vector<float> Copy(const WeightView& tensor);
+  // Counts tables a subclass builds itself in WeightBytes().
+  void Held(size_t bytes) { heldBytes_ += static_cast<int64_t>(bytes); }
+  // The same, not counted (a bias: packing keeps its own copy).
+  static std::vector<float> Floats(const WeightView& tensor);
+  // A weight [n, k] (float32, bf16 or fp16) and optional bias (n floats, or none) packed as
+  // `type`, counted in WeightBytes(); a 16-bit weight is packed from its own bits, never
+  // through a float32 copy.
+  PackedLinear Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type);
+  // The kernels' name of a weight's dtype, as packing reads it.
+  static WeightType SourceType(WeightDtype dtype);
   // Lets go of the module's tensors once the packed weights are built: the runtime then
   // holds no reference to them, and releasing the module's parameters frees them.
   void DropWeights() {
@@ -80,11 +82,10 @@ class DecoderStepper : public Stepper {
     quantized_.clear();
   }
 
-  // Quantized matrices (quant.py's QuantLinear / QuantEmbedding modules: a uint8 buffer
-  // `qweight` of GGUF rows and the attribute `qtype`), by their weight's name
-  // ("layers.0.q_proj.weight"); the bytes are the module's own tensor, not a copy.
+  // Quantized matrices (CheckpointWeights::quantized), by their weight's name
+  // ("layers.0.q_proj.weight"); the bytes are the checkpoint's own, not a copy.
   struct QuantMatrix {
-    at::Tensor bytes;  // uint8 [rows, row bytes]
+    WeightView bytes;  // uint8 [rows, row bytes]
     WeightType type;
     int64_t rows, cols;
   };
@@ -97,7 +98,7 @@ class DecoderStepper : public Stepper {
   // packed as `type`, quantized ones (of any quantized types) read in place.
   // Counted in WeightBytes() like Pack (quantized bytes stay the module's tensors, shared).
   PackedLinear Stack(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
-                     const at::Tensor& bias, WeightType type);
+                     const std::vector<float>& bias, WeightType type);
 
   // The matrices the step only multiplies by (not a table whose rows are looked up: an
   // embedding table, or a head tied to it).
@@ -143,11 +144,11 @@ class DecoderStepper : public Stepper {
  private:
   const char* architecture_;
   int64_t kvBudgetBytes_;
-  std::map<std::string, at::Tensor> weights_;
+  std::map<std::string, WeightView> weights_;
   int64_t heldBytes_ = 0;  // packed weights and float tables built from the checkpoint
   std::map<std::string, QuantMatrix> quantized_;
   AlignedFloats last_;   // [segments][vocab]: logits of each segment's last token
-  at::Tensor logits_;    // [slots][vocab], reused while nobody else holds it
+  std::shared_ptr<HostLogits> logits_;  // [slots][vocab], reused while nobody else holds it
 };
 
 }  // namespace tsn

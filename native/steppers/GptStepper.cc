@@ -12,15 +12,14 @@ GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "
   gelu_ = gelu == "tanh" ? Epilogue::GeluTanh : Epilogue::GeluErf;
   const WeightType type = WeightTypeOf(context.fields.String("dtype", "float32"));
   if (!Has("wte.weight") || !Has("wpe.weight")) Mismatch("missing wte.weight or wpe.weight");
-  const at::Tensor& wte = Need("wte.weight", {-1, -1});
+  const WeightView& wte = Need("wte.weight", {-1, -1});
   const int64_t vocab = wte.size(0), d = wte.size(1);
   const int64_t positions = Need("wpe.weight", {-1, d}).size(0);
   int layers = 0;
   while (Has("blocks." + std::to_string(layers) + ".ln_1.weight")) ++layers;
   if (layers == 0) Mismatch("no blocks.0");
 
-  torch::jit::Module handle = context.module;  // run_method is not const
-  const auto shape = handle.run_method("cache_shape", int64_t{1}).toIntVector();
+  const std::vector<int64_t>& shape = context.weights.cacheShape;
   if (shape.size() != 6 || shape[0] != layers || shape[4] != positions) Mismatch("unexpected cache_shape(1)");
   heads_ = static_cast<int>(shape[3]);
   headDim_ = static_cast<int>(shape[5]);
@@ -28,7 +27,7 @@ GptStepper::GptStepper(const NativeContext& context) : DecoderStepper(context, "
   SetShape(layers, heads_, headDim_, static_cast<int>(d), static_cast<int>(vocab), static_cast<int>(positions), type);
 
   const auto pack = [&](const std::string& prefix, int64_t n, int64_t k) {
-    return Pack(Need(prefix + ".weight", {n, k}), Has(prefix + ".bias") ? Need(prefix + ".bias", {n}) : at::Tensor(),
+    return Pack(Need(prefix + ".weight", {n, k}), Has(prefix + ".bias") ? Floats(Need(prefix + ".bias", {n})) : std::vector<float>(),
                 type);
   };
   wpe_ = Copy(Need("wpe.weight", {positions, d}));

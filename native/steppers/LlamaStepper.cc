@@ -9,14 +9,11 @@ namespace tsn {
 // The checkpoint's own rotary inverse frequencies (llama.py's buffer rope_inv_freq, [head_dim / 2],
 // any rope scaling already applied by the exporter): the native forward rotates exactly as the
 // TorchScript forward does, and config.json's rope settings are not read a second time here.
-at::Tensor LlamaStepper::InverseFrequencies(const torch::jit::Module& module) const {
-  for (const auto& buffer : module.named_buffers(false)) {
-    if (buffer.name != "rope_inv_freq") continue;
-    at::Tensor inv = buffer.value.detach().to(at::kCPU).to(at::kFloat).contiguous();
-    if (inv.dim() != 1 || inv.size(0) != headDim_ / 2) Mismatch("rope_inv_freq has shape " + c10::str(inv.sizes()));
-    return inv;
+std::vector<float> LlamaStepper::InverseFrequencies() const {
+  if (!Has("rope_inv_freq")) {
+    Mismatch("missing the buffer rope_inv_freq (the rotary frequencies of the forward; export the checkpoint with export_hf.py)");
   }
-  Mismatch("missing the buffer rope_inv_freq (the rotary frequencies of the forward; export the checkpoint with export_hf.py)");
+  return Floats(Need("rope_inv_freq", {headDim_ / 2}));
 }
 
 LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(context, "llama") {
@@ -28,8 +25,7 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
   while (Has("layers." + std::to_string(layers) + ".attn_norm.weight")) ++layers;
   if (layers == 0) Mismatch("no layers.0");
 
-  torch::jit::Module handle = context.module;  // run_method is not const
-  const auto shape = handle.run_method("cache_shape", int64_t{1}).toIntVector();
+  const std::vector<int64_t>& shape = context.weights.cacheShape;
   if (shape.size() != 6 || shape[0] != layers) Mismatch("unexpected cache_shape(1)");
   kvHeads_ = static_cast<int>(shape[3]);
   const int positions = static_cast<int>(shape[4]);
@@ -52,10 +48,13 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
     Layer layer;
     layer.attnNorm = Copy(Need(p + "attn_norm.weight", {d}));
     layer.mlpNorm = Copy(Need(p + "mlp_norm.weight", {d}));
-    at::Tensor bias;
+    std::vector<float> bias;
     if (Has(p + "q_proj.bias")) {
-      bias = at::cat({Need(p + "q_proj.bias", {qWidth}), Need(p + "k_proj.bias", {kvWidth}),
-                      Need(p + "v_proj.bias", {kvWidth})});
+      for (const auto& [part, width] : {std::pair<const char*, int64_t>{"q_proj.bias", qWidth}, {"k_proj.bias", kvWidth},
+                                        {"v_proj.bias", kvWidth}}) {
+        const std::vector<float> values = Floats(Need(p + part, {width}));
+        bias.insert(bias.end(), values.begin(), values.end());
+      }
     }
     layer.qkv = Stack({p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"}, {qWidth, kvWidth, kvWidth}, d,
                       bias, type);
@@ -72,14 +71,23 @@ LlamaStepper::LlamaStepper(const NativeContext& context) : DecoderStepper(contex
           (floatHead && Shared(Need("lm_head.weight", {vocab, d}), Need("embed.weight", {vocab, d})));
   head_ = Stack({tied_ ? "embed.weight" : "lm_head.weight"}, {vocab}, d, {}, type);
   if (!tied_) embed_ = Stack({"embed.weight"}, {vocab}, d, {}, type);
+  const std::vector<float> inverse = InverseFrequencies();
   DropWeights();
 
   // cos/sin of every position, as the TorchScript forward computes them (float32 products).
-  const at::Tensor freqs =
-      at::arange(context_, at::kLong).to(at::kFloat).unsqueeze(1) *
-      InverseFrequencies(context.module).view({1, -1});
-  cos_ = Copy(freqs.cos());
-  sin_ = Copy(freqs.sin());
+  const size_t half = inverse.size();
+  cos_.resize(static_cast<size_t>(context_) * half);
+  sin_.resize(cos_.size());
+  for (int p = 0; p < context_; ++p) {
+    for (size_t i = 0; i < half; ++i) {
+      // The product rounded to float32 as the forward rounds it; its cosine and sine rounded
+      // from double, within the forward's own rounding of them (a unit in the last place).
+      const double angle = static_cast<float>(p) * inverse[i];
+      cos_[p * half + i] = static_cast<float>(std::cos(angle));
+      sin_[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  Held(2 * cos_.size() * sizeof(float));
   act_.resize(team_->size());
 }
 

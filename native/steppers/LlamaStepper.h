@@ -34,8 +34,8 @@ class LlamaStepper : public DecoderStepper {
   void FinalNorm(const float* x, float* out) const override;
   int PhasesPerLayer() const override { return 5; }
   size_t LayerBytes() const override;
-  // The module's rope_inv_freq buffer as float32 [headDim / 2].
-  at::Tensor InverseFrequencies(const torch::jit::Module& module) const;
+  // The checkpoint's rope_inv_freq buffer as float32 [headDim / 2].
+  std::vector<float> InverseFrequencies() const;
   // Rotates one head's q or k (hd floats) to position p, in place.
   void Rotate(float* head, int p) const;
 

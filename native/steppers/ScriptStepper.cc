@@ -8,6 +8,7 @@
 #include "common/DeviceMemory.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
+#include "steppers/TensorLogits.h"
 
 namespace tsn {
 
@@ -110,13 +111,13 @@ at::Tensor ScriptStepper::Forward(const at::Tensor& idx, const at::Tensor& pos, 
   return elements[0].toTensor();
 }
 
-at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
-  const int64_t slots = idx.size(0);
-  const int64_t width = idx.size(1);
+std::shared_ptr<const Logits> ScriptStepper::Step(const StepBatch& batch) {
+  const int64_t slots = batch.slots;
+  const int64_t width = batch.width;
   if (!cache_.defined() || slots != cache_.size(2)) {
     throw CodedError(ErrorCode::kInference, "step batch does not match the cache");
   }
-  const int64_t* count = lengths.data_ptr<int64_t>();
+  const int64_t* count = batch.lengths.data();
   int64_t decodeEnd = 0;             // one past the highest slot that feeds a single token
   std::vector<int64_t> chunked;      // slots that feed more than one
   for (int64_t s = 0; s < slots; ++s) {
@@ -125,10 +126,13 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
   }
   // One host-to-device copy for everything the calls take: idx | pos | lengths | decode lengths.
   at::Tensor packed = at::empty({slots, width + 3}, at::kLong);
-  packed.narrow(1, 0, width).copy_(idx);
-  packed.select(1, width).copy_(pos);
-  packed.select(1, width + 1).copy_(lengths);
-  packed.select(1, width + 2).copy_(lengths.eq(1).to(at::kLong));
+  int64_t* rows = packed.data_ptr<int64_t>();
+  for (int64_t s = 0; s < slots; ++s, rows += width + 3) {
+    std::copy_n(batch.tokens.data() + s * width, width, rows);
+    rows[width] = batch.positions[s];
+    rows[width + 1] = count[s];
+    rows[width + 2] = count[s] == 1 ? 1 : 0;
+  }
   packed = Upload(packed, device_);
   const at::Tensor tokens = packed.narrow(1, 0, width);
   const at::Tensor positions = packed.select(1, width);
@@ -149,7 +153,7 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
     const at::Tensor out = Forward(tokens.narrow(0, 0, decodeEnd).narrow(1, 0, 1), positions.narrow(0, 0, decodeEnd),
                                    decodeCounts.narrow(0, 0, decodeEnd), 0, decodeEnd);
     // A decode-only step (the usual one) returns the forward's own logits.
-    if (chunked.empty()) return out;
+    if (chunked.empty()) return std::make_shared<TensorLogits>(out);
     place(out, 0);
   }
   // Rows feeding chunks: neighbouring slots share a call while padding them to the widest
@@ -181,10 +185,12 @@ at::Tensor ScriptStepper::Step(const at::Tensor& idx, const at::Tensor& pos, con
     i = j;
   }
   if (!logits.defined()) throw CodedError(ErrorCode::kInference, "a step needs at least one row that feeds a token");
-  return logits;
+  return std::make_shared<TensorLogits>(logits);
 }
 
-void ScriptStepper::Keep(const at::Tensor& rows) { cache_ = cache_.index_select(2, rows.to(device_)); }
+void ScriptStepper::Keep(const std::vector<int64_t>& rows) {
+  cache_ = cache_.index_select(2, at::tensor(rows, at::kLong).to(device_));
+}
 
 void ScriptStepper::CopyRow(int64_t from, int64_t to) { cache_.select(2, to).copy_(cache_.select(2, from)); }
 

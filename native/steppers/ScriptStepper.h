@@ -54,13 +54,13 @@ class ScriptStepper : public Stepper {
   // Reuses the cache it already has when it holds `batch` rows (stale slots are never read:
   // docs/checkpoint.md section 1), so a model allocates it once.
   void Begin(int64_t batch) override;
-  at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) override;
+  std::shared_ptr<const Logits> Step(const StepBatch& batch) override;
   bool AddressableSlots() const override { return true; }
   // The rows the memory budget holds (at least 1, at most kMaxSlots).
   int64_t SlotBudget() const override;
   // cache_shape(1) in the cache's dtype.
   int64_t CacheBytesPerRow() const override;
-  void Keep(const at::Tensor& rows) override;
+  void Keep(const std::vector<int64_t>& rows) override;
   // Shares a prompt's prefill among a request's n choices (Scheduler).
   bool CanCopyRows() const override { return true; }
   void CopyRow(int64_t from, int64_t to) override;

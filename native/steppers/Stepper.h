@@ -1,18 +1,18 @@
 // One forward step of a causal LM with a KV cache it owns (docs/checkpoint.md):
 // forward(idx[B,T], pos[B], lengths[B]) -> logits[B,V]. Prefill and decode are the same
-// call; rows may sit at different positions. Implementations: ScriptStepper (any
-// TorchScript checkpoint, any device) and the native CPU steppers, each registered by
-// architecture in NativeRegistry.h (DecoderStepper's GptStepper for "gpt", LlamaStepper for
-// "llama").
+// call; rows may sit at different positions; a step takes and gives plain C++ (Logits.h).
+// Implementations: ScriptStepper (any TorchScript checkpoint, any device) and the native CPU
+// steppers, each registered by architecture in NativeRegistry.h (DecoderStepper's GptStepper
+// for "gpt", LlamaStepper for "llama").
 #pragma once
 
-#include <ATen/ATen.h>
-#include <torch/script.h>
-
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/Kernels.h"
+#include "steppers/CheckpointWeights.h"
+#include "steppers/Logits.h"
 #include "steppers/ModelFields.h"
 
 namespace tsn {
@@ -22,10 +22,10 @@ class Stepper {
   virtual ~Stepper() = default;
   // Allocates a zeroed cache for `batch` rows.
   virtual void Begin(int64_t batch) = 0;
-  // idx [B,T], pos [B], lengths [B]: int64 on the CPU. Returns float logits [R,V] after each
-  // row's last fed token, on the model's device, for R >= 1 + the last row fed (R <= B; rows
-  // fed nothing hold anything).
-  virtual at::Tensor Step(const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) = 0;
+  // B = batch.slots. Returns float logits [R,V] after each row's last fed token, on the model's
+  // device, for R >= 1 + the last row fed (R <= B; rows fed nothing hold anything). The
+  // stepper may reuse them for a later step once the caller has let go of them.
+  virtual std::shared_ptr<const Logits> Step(const StepBatch& batch) = 0;
   // True when any slot can start a new row at any step and idle slots cost nothing (rows at
   // different positions, lengths 0 for idle slots): the Scheduler then batches continuously.
   // False for a batch-bound cache, where finished rows cost compute until Keep drops them.
@@ -37,8 +37,8 @@ class Stepper {
   // Bytes of weights the stepper holds beside the module's (the native runtime's packed copy);
   // 0 for a stepper that computes with the module's own tensors.
   virtual int64_t WeightBytes() const { return 0; }
-  // Batch-bound caches: keeps only the rows listed (int64, CPU), in that order.
-  virtual void Keep(const at::Tensor& rows) { throw std::logic_error("this runtime does not compact"); }
+  // Batch-bound caches: keeps only the rows listed, in that order.
+  virtual void Keep(const std::vector<int64_t>& rows) { throw std::logic_error("this runtime does not compact"); }
   // True when CopyRow works: n samples of one prompt then share one prefill.
   virtual bool CanCopyRows() const { return false; }
   // Makes slot `to`'s cache a copy of slot `from`'s (every position).
@@ -65,10 +65,10 @@ class Stepper {
   virtual void UseThreads(int /*threads*/) {}
 };
 
-// What a native CPU stepper is built from: the checkpoint's module (weights by name), its
-// config.json fields, the kernel family to compute with and the compute threads.
+// What a native CPU stepper is built from: the checkpoint's weights by name, its config.json
+// fields, the kernel family to compute with and the compute threads.
 struct NativeContext {
-  const torch::jit::Module& module;
+  const CheckpointWeights& weights;
   const ModelFields& fields;
   const KernelSet& kernels;
   int threads = 1;
