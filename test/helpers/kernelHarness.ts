@@ -14,18 +14,29 @@ import { repoRoot } from "./fixtures.js";
 
 const require = createRequire(import.meta.url);
 
-/** Compiles test/native/cpp/`program` with the kernels' translation units into `dir`; returns the executable. */
-export async function buildKernelHarness(program: string, dir: string): Promise<string> {
+const KERNEL_UNITS = ["native/kernels/Kernels.cc", "native/kernels/ThreadTeam.cc", "native/common/MappedFile.cc"];
+
+export interface HarnessOptions {
+  /** The translation units built with the program, relative to the repository root (default: the kernels'). */
+  units?: readonly string[];
+  /** Flags after the defaults, for compiling and linking both (e.g. `-O1` and sanitizers). */
+  flags?: readonly string[];
+}
+
+/**
+ * Compiles test/native/cpp/`program` with the kernels' translation units (or `options.units`) into
+ * `dir`; returns the executable.
+ */
+export async function buildKernelHarness(program: string, dir: string, options: HarnessOptions = {}): Promise<string> {
   const napi = execFileSync(process.execPath, [join(repoRoot, "scripts", "torch-paths.mjs"), "--node-addon-api"], {
     encoding: "utf8",
   }).trim();
   const napiHeaders = join(dirname(require.resolve("node-api-headers/package.json")), "include");
-  const flags = ["-O0", "-std=c++17", "-Wno-psabi", `-I${join(repoRoot, "native")}`, `-I${napi}`, `-I${napiHeaders}`];
+  const extraFlags = options.flags ?? [];
+  const flags = ["-O0", "-std=c++17", "-Wno-psabi", `-I${join(repoRoot, "native")}`, `-I${napi}`, `-I${napiHeaders}`, ...extraFlags];
   const units = [
     join(repoRoot, "test", "native", "cpp", program),
-    join(repoRoot, "native", "kernels", "Kernels.cc"),
-    join(repoRoot, "native", "kernels", "ThreadTeam.cc"),
-    join(repoRoot, "native", "common", "MappedFile.cc"),
+    ...(options.units ?? KERNEL_UNITS).map((unit) => join(repoRoot, unit)),
   ];
   const objects = units.map((_, i) => join(dir, `${i}.o`));
   await Promise.all(
@@ -48,7 +59,7 @@ export async function buildKernelHarness(program: string, dir: string): Promise<
   writeFileSync(join(dir, "stubs.c"), napiSymbols.map((s) => `void ${s}(void) {}\n`).join(""));
   execFileSync("gcc", ["-c", join(dir, "stubs.c"), "-o", join(dir, "stubs.o")]);
   const executable = join(dir, "check");
-  execFileSync("g++", [...objects, join(dir, "stubs.o"), "-o", executable, "-lpthread"]);
+  execFileSync("g++", [...extraFlags, ...objects, join(dir, "stubs.o"), "-o", executable, "-lpthread"]);
   return executable;
 }
 
