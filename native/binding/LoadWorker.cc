@@ -12,6 +12,14 @@ LoadWorker::LoadWorker(Napi::Env env, LoadRequest request)
 
 void LoadWorker::Execute() {
   try {
+    if (request_.deferModule && request_.languageModel && request_.device == "cpu") {
+      try {
+        loaded_ = OpenCheckpoint(request_.path, request_.extraFiles, request_.mapWeights, request_.kernels, request_.layoutDir);
+        return;
+      } catch (const std::exception&) {
+        // Not an archive this reader takes: LoadCheckpoint's errors say what is wrong with it.
+      }
+    }
     loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel,
                              request_.mapWeights, request_.kernels, request_.layoutDir);
   } catch (...) {
@@ -48,6 +56,7 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info, bool languageModel) {
     if (options.Get("threads").IsNumber()) request.threads = options.Get("threads").As<Napi::Number>().Int32Value();
     if (options.Get("kernels").IsString()) request.kernels = options.Get("kernels").As<Napi::String>().Utf8Value();
     if (options.Get("mapWeights").IsBoolean()) request.mapWeights = options.Get("mapWeights").As<Napi::Boolean>().Value();
+    if (options.Get("deferModule").IsBoolean()) request.deferModule = options.Get("deferModule").As<Napi::Boolean>().Value();
     if (options.Get("layoutCache").IsString()) request.layoutDir = options.Get("layoutCache").As<Napi::String>().Utf8Value();
     Napi::Value extra = options.Get("extraFiles");
     if (extra.IsArray()) {

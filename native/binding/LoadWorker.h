@@ -20,6 +20,9 @@ struct LoadRequest {
   bool mapWeights = true;        // on the CPU: the weight records used where they lie (common/MappedFile.h)
   std::string layoutDir;  // "layoutCache": where layout files are looked for (runtime/LayoutCache.h)
   std::string kernels = "auto";  // the cap configure will be given (which rows it lays out anew)
+  // A language model on the CPU: open the archive without libtorch and leave its module to
+  // configure, which may serve without it (OpenCheckpoint, ChooseRuntime).
+  bool deferModule = false;
 };
 
 class LoadWorker : public Napi::AsyncWorker {

@@ -148,6 +148,10 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
   };
   auto run = [core, method, args, settle] {
     try {
+      if (!core->loaded().module) {
+        throw CodedError(ErrorCode::kInvalidArgument, "the model serves generation from its archive's records, with no "
+                                                      "TorchScript module to call `" + method + "` on (loaded with deferModule)");
+      }
       auto function = core->loaded().module->find_method(method);
       if (!function) throw CodedError(ErrorCode::kInvalidArgument, "the module has no method `" + method + "`");
       const auto& schema = function->function().getSchema();

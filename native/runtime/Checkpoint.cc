@@ -25,6 +25,7 @@
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
 #include "kernels/Kernels.h"
+#include "runtime/ArchiveIndex.h"
 #include "runtime/LayoutCache.h"
 #include "runtime/LoadCheckCache.h"
 #include "common/ErrorCodes.h"
@@ -327,6 +328,50 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
     }
   }
   return loaded;
+}
+
+LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::string>& extraFileNames, bool mapWeights,
+                           const std::string& kernelsCap, const std::string& layoutDir) {
+  LoadedModel loaded;
+  loaded.path = path;
+  loaded.source = {extraFileNames, mapWeights, kernelsCap};
+  auto index = std::make_shared<ArchiveIndex>(ReadArchiveIndex(path));
+  std::vector<std::string> names = extraFileNames;
+  names.push_back("config.json");
+  names.push_back(kLoadCheckFile);
+  for (const std::string& name : names) {
+    const auto found = index->extraFiles.find(name);
+    if (found == index->extraFiles.end()) continue;
+    std::string content = ReadArchiveBytes(path, found->second.first, found->second.second);
+    if (name == kLoadCheckFile) {
+      loaded.loadCheckReference = std::move(content);
+    } else {
+      loaded.extraFiles[name] = std::move(content);
+    }
+  }
+  if (!loaded.extraFiles.count("config.json")) throw ArchiveError("no config.json");
+  loaded.index = std::move(index);
+  if (mapWeights && !layoutDir.empty()) {
+    loaded.layoutDigest = ArchiveDigest(path);
+    if (!loaded.layoutDigest.empty()) {
+      loaded.layoutDir = layoutDir;
+      std::string why;
+      loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, Family(kernelsCap).name, &why);
+    }
+  }
+  return loaded;
+}
+
+void LoadModule(LoadedModel& model) {
+  if (model.module) return;
+  LoadedModel full = LoadCheckpoint(model.path, "cpu", model.source.extraFileNames, true, model.source.mapWeights,
+                                    model.source.kernelsCap, model.layoutDir);
+  model.module = std::move(full.module);
+  model.weightsNote = std::move(full.weightsNote);
+  // The module's records were mapped for the layout LoadCheckpoint found: that one serves.
+  model.layout = std::move(full.layout);
+  model.layoutDigest = std::move(full.layoutDigest);
+  model.layoutDir = std::move(full.layoutDir);
 }
 
 int64_t ModuleWeightBytes(const torch::jit::Module& module) {

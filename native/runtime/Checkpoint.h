@@ -11,10 +11,22 @@
 namespace tsn {
 
 class LayoutSource;
+struct ArchiveIndex;
+
+// How a deferred module is loaded when it is needed (LoadModule): LoadCheckpoint's arguments.
+struct ModuleSource {
+  std::vector<std::string> extraFileNames;
+  bool mapWeights = true;
+  std::string kernelsCap = "auto";
+};
 
 struct LoadedModel {
   std::string path;  // the archive it was read from
+  // Null while deferred (OpenCheckpoint): the native runtime may then be built from `index`
+  // with no module at all (ChooseRuntime), else LoadModule loads it.
   std::shared_ptr<torch::jit::Module> module;
+  std::shared_ptr<const ArchiveIndex> index;  // set by OpenCheckpoint
+  ModuleSource source;
   c10::Device device{c10::kCPU};
   std::map<std::string, std::string> extraFiles;  // only those present in the archive
   // The load-time check's reference logits from the export (kLoadCheckFile), if it carries
@@ -46,6 +58,18 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
                            const std::vector<std::string>& extraFileNames, bool languageModel,
                            bool mapWeights = true, const std::string& kernelsCap = "auto",
                            const std::string& layoutDir = "");
+
+// A language model's archive on the CPU opened without libtorch (runtime/ArchiveIndex.h): the
+// module tree's records and attributes listed, the extra files (config.json, required, and
+// the load-time check's reference) read, the layout file found as LoadCheckpoint finds it;
+// the module itself is left for LoadModule. Throws where the archive is not one this reader
+// takes (the caller then loads it with LoadCheckpoint, whose errors say what is wrong).
+LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::string>& extraFileNames, bool mapWeights,
+                           const std::string& kernelsCap, const std::string& layoutDir);
+
+// Loads a deferred module (LoadCheckpoint, with the serving interface checked); nothing where
+// it is loaded already. Blocking.
+void LoadModule(LoadedModel& model);
 
 constexpr int64_t kLanguageModelInterfaceVersion = 1;
 

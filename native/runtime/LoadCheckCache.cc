@@ -44,6 +44,7 @@ std::string NowUtc() {
 
 constexpr const char* kVerdictLine = "verdict ";
 constexpr const char* kTimingLine = "timing ";
+constexpr const char* kCacheShapeLine = "cache_shape ";
 
 }  // namespace
 
@@ -107,6 +108,7 @@ std::optional<CheckVerdict> LoadCheckCache::Find() const {
   std::string line;
   std::optional<CheckVerdict> verdict;
   std::optional<CheckTiming> timing;
+  std::vector<int64_t> cacheShape;
   while (std::getline(rest, line)) {
     if (line.rfind(kVerdictLine, 0) == 0 && !verdict) {
       std::istringstream fields(line.substr(std::strlen(kVerdictLine)));
@@ -116,6 +118,12 @@ std::optional<CheckVerdict> LoadCheckCache::Find() const {
       if (word != "agrees" && word != "disagrees") return std::nullopt;
       found.agrees = word == "agrees";
       verdict = found;
+    } else if (line.rfind(kCacheShapeLine, 0) == 0) {
+      // One that does not parse is none: the module is loaded for it.
+      std::istringstream fields(line.substr(std::strlen(kCacheShapeLine)));
+      std::vector<int64_t> shape;
+      for (int64_t size = 0; fields >> size;) shape.push_back(size);
+      if (fields.eof() && shape.size() == 6) cacheShape = shape;
     } else if (line.rfind(kTimingLine, 0) == 0) {
       // A timing line that does not parse is no timing (it runs again), not a lost verdict.
       std::istringstream fields(line.substr(std::strlen(kTimingLine)));
@@ -127,7 +135,10 @@ std::optional<CheckVerdict> LoadCheckCache::Find() const {
       }
     }
   }
-  if (verdict) verdict->timing = timing;
+  if (verdict) {
+    verdict->timing = timing;
+    verdict->cacheShape = cacheShape;
+  }
   return verdict;
 }
 
@@ -153,6 +164,11 @@ bool LoadCheckCache::Remember(CheckVerdict& verdict, std::string& error) const {
       std::snprintf(seconds, sizeof seconds, "%.6g %.6g", verdict.timing->native, verdict.timing->script);
       out << kTimingLine << verdict.timing->settings << " " << seconds << (verdict.timing->scriptStopped ? " stopped" : "")
           << "\n";
+    }
+    if (!verdict.cacheShape.empty()) {
+      out << kCacheShapeLine;
+      for (size_t i = 0; i < verdict.cacheShape.size(); ++i) out << (i ? " " : "") << verdict.cacheShape[i];
+      out << "\n";
     }
     if (!out.flush()) {
       error = "cannot write " + temporary + ": " + std::strerror(errno);

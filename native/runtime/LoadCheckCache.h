@@ -9,8 +9,10 @@
 // a file that cannot be read or written means the check runs, never that it is skipped.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tsn {
 
@@ -28,6 +30,10 @@ struct CheckVerdict {
   double disagreement = 0;  // largest relative logit difference measured
   std::string checked;      // when the check ran (UTC, ISO 8601)
   std::optional<CheckTiming> timing;
+  // The checkpoint's cache_shape(1), remembered so that a later load that finds this verdict
+  // can build the native runtime from the archive's records with no TorchScript module
+  // (ArchiveWeights.h); empty in a verdict remembered without it.
+  std::vector<int64_t> cacheShape;
 };
 
 class LoadCheckCache {

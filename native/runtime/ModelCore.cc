@@ -36,7 +36,7 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     stepper_ = std::move(choice.stepper);
     if (choice.runtime == "native" && request.releaseModuleWeights) {
       // The native runtime packed its own copy: the module's parameters are not read again.
-      ReleaseParameters(*loaded_.module);
+      if (loaded_.module) ReleaseParameters(*loaded_.module);  // none: built from the archive
       weightsReleased_ = true;
       const std::string owned = OwnWeights(choice.kernels);
       if (!owned.empty()) choice.note += "; " + owned;
@@ -189,7 +189,7 @@ void ModelCore::CancelAll() {
 }
 
 std::pair<int64_t, int64_t> ModelCore::WeightBytes() const {
-  return {ModuleWeightBytes(*loaded_.module), stepper_ ? stepper_->WeightBytes() : 0};
+  return {loaded_.module ? ModuleWeightBytes(*loaded_.module) : 0, stepper_ ? stepper_->WeightBytes() : 0};
 }
 
 void ModelCore::Release() {

@@ -17,6 +17,8 @@
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 #include "common/Parallel.h"
+#include "runtime/ArchiveIndex.h"
+#include "runtime/ArchiveWeights.h"
 #include "runtime/LoadCheckCache.h"
 #include "steppers/ModuleWeights.h"
 #include "steppers/NativeRegistry.h"
@@ -407,12 +409,78 @@ RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& ti
   return {true, std::string("native runtime: ") + figures};
 }
 
-RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& request) {
+namespace {
+
+// The largest relative logit difference the check accepts from the native runtime.
+double ToleranceFor(const RuntimeRequest& request) {
+  const bool quantized = !request.fields.String("quantization", "").empty();
+  return quantized ? kToleranceQuantized : request.dtype != at::kFloat ? kTolerance16 : kTolerance32;
+}
+
+// A later load's way past the TorchScript module (OpenCheckpoint deferred it): where the
+// load-time check's verdict for this archive, build, kernel family and settings is remembered
+// as agreeing, with the checkpoint's cache shape, and the native runtime serves untimed (every
+// family but the baseline, whose "auto" times both runtimes) or is asked for, the native
+// stepper is built from the archive's records (ArchiveWeights). False, with nothing built,
+// where any of that does not hold or the records cannot be taken as they lie: the module is
+// then loaded, and the choice made as on any load.
+bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, RuntimeChoice& choice, PhaseClock& clock) {
+  if (request.runtime == "torchscript" || request.forceCheck || !model.index || !model.device.is_cpu() ||
+      request.checkCacheDir.empty()) {
+    return false;
+  }
+  const NativeFactory factory = FindNativeStepper(request.architecture);
+  if (!factory) return false;
+  const KernelSet* kernels = nullptr;
+  try {
+    kernels = &SelectKernels(request.kernels);
+  } catch (const std::exception&) {
+    return false;  // the choice below reports it
+  }
+  if (request.runtime == "auto" && NeedsTiming(kernels->name)) return false;
+  const std::string digest = ArchiveDigest(model.path);
+  if (digest.empty()) return false;
+  const LoadCheckCache cache(request.checkCacheDir, CheckKey(request, kernels->name, digest, ToleranceFor(request)));
+  const std::optional<CheckVerdict> verdict = cache.Find();
+  if (!verdict || !verdict->agrees || verdict->cacheShape.empty()) return false;
+  try {
+    const RegroupedRows regrouped = model.layout               ? RegroupedRows::kInLayoutFile
+                                    : !model.layoutDir.empty() ? RegroupedRows::kToLayoutFile
+                                                               : RegroupedRows::kRewritten;
+    std::string note;
+    const CheckpointWeights weights = ArchiveWeights(*model.index, model.path, verdict->cacheShape, *kernels, regrouped,
+                                                     static_cast<int>(LoadThreads()), &note);
+    clock.Lap("archive");
+    choice.stepper = factory(NativeContext{weights, request.fields, *kernels, request.threads, request.kvBudgetBytes});
+    clock.Lap("pack");
+    model.weightsNote = note;
+  } catch (const std::exception&) {
+    choice.stepper.reset();
+    return false;
+  }
+  const RuntimeVerdict decision = request.runtime == "native"
+                                      ? RuntimeVerdict{true, "native runtime, " + std::string(kernels->name) + " kernels: asked for"}
+                                      : DecideRuntime(kernels->name, RuntimeTimings{});
+  choice.runtime = "native";
+  choice.kernels = kernels->name;
+  choice.note = decision.reason + "; load-time check passed on " + verdict->checked +
+                " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+  return true;
+}
+
+}  // namespace
+
+RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
   if (request.runtime != "auto" && request.runtime != "native" && request.runtime != "torchscript") {
     throw CodedError(ErrorCode::kInvalidArgument, "runtime must be \"auto\", \"native\" or \"torchscript\"");
   }
   RuntimeChoice choice;
   PhaseClock clock(choice.phases);
+  if (!model.module) {
+    if (NativeFromArchive(model, request, choice, clock)) return choice;
+    LoadModule(model);
+    clock.Lap("archive");
+  }
   if (request.runtime == "torchscript") {
     choice.note = "TorchScript runtime: asked for";
     choice.stepper = MakeScriptStepper(model, request, choice.note);
@@ -429,10 +497,10 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
   } else {
     try {
       const KernelSet& kernels = SelectKernels(request.kernels);
-      const int64_t context = model.module->run_method("cache_shape", int64_t{1}).toIntVector().at(4);
-      const bool sixteen = request.dtype != at::kFloat;
+      const std::vector<int64_t> cacheShape = model.module->run_method("cache_shape", int64_t{1}).toIntVector();
+      const int64_t context = cacheShape.at(4);
       const bool quantized = !request.fields.String("quantization", "").empty();
-      const double tolerance = quantized ? kToleranceQuantized : sixteen ? kTolerance16 : kTolerance32;
+      const double tolerance = ToleranceFor(request);
       const std::string digest = request.checkCacheDir.empty() ? "" : ArchiveDigest(model.path);
       const LoadCheckCache cache(digest.empty() ? "" : request.checkCacheDir,
                                  CheckKey(request, kernels.name, digest, tolerance));
@@ -454,6 +522,13 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
       if (verdict) {
         checkNote = "load-time check " + std::string(verdict->agrees ? "passed" : "failed") + " on " + verdict->checked +
                     " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+        // A verdict remembered before verdicts carried the cache shape gains it, so that the
+        // next load can build the native runtime without the module (NativeFromArchive).
+        if (verdict->cacheShape.empty()) {
+          verdict->cacheShape = cacheShape;
+          std::string error;
+          cache.Remember(*verdict, error);
+        }
         // A remembered timing that chose the TorchScript runtime: nothing is packed.
         if (verdict->agrees && !(rememberedDecision && !rememberedDecision->native)) {
           native = factory(
@@ -465,6 +540,7 @@ RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& requ
         bool stored = false;
         verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock, stored);
         verdict->agrees = verdict->disagreement <= tolerance;
+        verdict->cacheShape = cacheShape;
         const std::string ran =
             std::string("load-time check ran") + (stored ? " (against the reference logits stored at export)" : "");
         std::string error;

@@ -91,7 +91,9 @@ RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& ti
 bool FastBf16Matmul();
 
 // Runs on the inference thread. Throws CodedError when "native" was demanded and cannot be
-// used, or the request is malformed.
-RuntimeChoice ChooseRuntime(const LoadedModel& model, const RuntimeRequest& request);
+// used, or the request is malformed. A model whose module was deferred (OpenCheckpoint) gets
+// the native runtime from its archive's records where a remembered verdict allows it, else its
+// module is loaded here (LoadModule).
+RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request);
 
 }  // namespace tsn

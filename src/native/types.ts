@@ -42,6 +42,14 @@ export interface RawLoadOptions {
    * (layoutWritten()). Default: none.
    */
   layoutCache?: string;
+  /**
+   * A language model on the CPU: the archive is opened without libtorch (its records listed,
+   * its extra files read) and the TorchScript module is left to configure(), which builds the
+   * native runtime from the records alone where the load-time check's verdict for this archive
+   * and build is remembered (loadCheckCache), and loads the module otherwise. The module's
+   * methods cannot be called (run()) on a model served without it. Default false.
+   */
+  deferModule?: boolean;
 }
 
 /** Any TorchScript module: methods called off the JS thread, one call at a time. */

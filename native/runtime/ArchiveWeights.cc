@@ -1,0 +1,191 @@
+#include "runtime/ArchiveWeights.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/MappedFile.h"
+
+namespace tsn {
+
+namespace {
+
+struct Record {
+  uint64_t offset, bytes;
+  bool populate;
+};
+
+WeightDtype FloatDtype(const std::string& dtype, bool* ok) {
+  *ok = true;
+  if (dtype == "float32") return WeightDtype::F32;
+  if (dtype == "bfloat16") return WeightDtype::BF16;
+  if (dtype == "float16") return WeightDtype::F16;
+  *ok = false;
+  return WeightDtype::F32;
+}
+
+bool Contiguous(const ArchiveTensor& t) {
+  int64_t expected = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+// `bytes` of the file from `offset` into fresh memory (2 MiB aligned, on huge pages where the
+// kernel gives them: the rows are rewritten in place and then streamed every step).
+std::shared_ptr<const void> ReadIntoMemory(int fd, uint64_t offset, uint64_t bytes, const std::string& path) {
+  constexpr size_t kAlign = size_t{2} << 20;
+  const size_t size = (std::max<uint64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* memory = std::aligned_alloc(kAlign, size);
+  if (memory == nullptr) throw ArchiveError("out of memory reading " + path);
+  std::shared_ptr<const void> owner(memory, [](const void* p) { std::free(const_cast<void*>(p)); });
+  AdviseHugePages(memory, size);
+  uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = pread(fd, static_cast<char*>(memory) + done, bytes - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw ArchiveError("Checkpoint " + path + " ended before its last weight record (truncated while loading?)");
+    done += static_cast<uint64_t>(got);
+  }
+  return owner;
+}
+
+// The bytes of one tensor: in the mapping, or read into memory, each record once however many
+// tensors view it (a tied head).
+class Records {
+ public:
+  Records(const std::string& path, std::shared_ptr<MappedFile> file) : path_(path), file_(std::move(file)) {
+    fd_ = file_ ? -1 : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (!file_ && fd_ < 0) throw ArchiveError("Checkpoint could not be opened: " + path);
+  }
+  ~Records() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Records(const Records&) = delete;
+  Records& operator=(const Records&) = delete;
+
+  // mapped: in place in the mapping (false: read into memory); populate: paged in at load.
+  WeightView View(const ArchiveTensor& t, WeightDtype dtype, size_t elementBytes, bool mapped, bool populate) {
+    WeightView view;
+    view.dtype = dtype;
+    view.shape = t.shape;
+    const uint64_t start = static_cast<uint64_t>(t.storageOffset) * elementBytes;
+    if (mapped && file_) {
+      view.data = file_->data() + t.fileOffset + start;
+      view.owner = std::shared_ptr<const void>(file_, view.data);
+      if (used_.insert(t.fileOffset).second) {
+        file_->Use(t.fileOffset, t.storageBytes);
+        mapped_.push_back({t.fileOffset, t.storageBytes, populate});
+      }
+      return view;
+    }
+    auto it = read_.find(t.fileOffset);
+    if (it == read_.end()) {
+      if (fd_ < 0) fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd_ < 0) throw ArchiveError("Checkpoint could not be opened: " + path_);
+      it = read_.emplace(t.fileOffset, ReadIntoMemory(fd_, t.fileOffset, t.storageBytes, path_)).first;
+      readBytes_ += t.storageBytes;
+    }
+    view.data = static_cast<const uint8_t*>(it->second.get()) + start;
+    view.owner = std::shared_ptr<const void>(it->second, view.data);
+    return view;
+  }
+
+  // Pages in the mapped records to be read at load, the largest first, on up to `threads` threads.
+  void Populate(int threads) {
+    std::vector<Record> records;
+    for (const Record& r : mapped_) {
+      if (r.populate) records.push_back(r);
+    }
+    std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.bytes > b.bytes; });
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < records.size(); i = next++) file_->Populate(records[i].offset, records[i].bytes);
+    };
+    std::vector<std::thread> helpers;
+    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, records.size())));
+    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& helper : helpers) helper.join();
+  }
+
+  bool mapping() const { return file_ != nullptr; }
+  uint64_t mappedBytes() const {
+    uint64_t bytes = 0;
+    for (const Record& r : mapped_) bytes += r.bytes;
+    return bytes;
+  }
+  uint64_t readBytes() const { return readBytes_; }
+
+ private:
+  std::string path_;
+  std::shared_ptr<MappedFile> file_;
+  int fd_ = -1;
+  std::set<uint64_t> used_;
+  std::vector<Record> mapped_;
+  std::map<uint64_t, std::shared_ptr<const void>> read_;
+  uint64_t readBytes_ = 0;
+};
+
+}  // namespace
+
+CheckpointWeights ArchiveWeights(const ArchiveIndex& index, const std::string& path, std::vector<int64_t> cacheShape,
+                                 const KernelSet& family, RegroupedRows regrouped, int threads, std::string* note) {
+  std::string why;
+  Records records(path, MappedFile::Open(path, &why));
+  CheckpointWeights weights;
+  weights.cacheShape = std::move(cacheShape);
+  for (const auto& [name, tensor] : index.tensors) {
+    bool isFloat = false;
+    const WeightDtype dtype = FloatDtype(tensor.dtype, &isFloat);
+    if (!isFloat) continue;
+    if (!Contiguous(tensor)) throw ArchiveError(name + " is a view that is not contiguous");
+    // Packing copies float weights: read from the mapping, never paged in twice.
+    weights.tensors[name] = records.View(tensor, dtype, DtypeSize(tensor.dtype), true, true);
+  }
+  for (const auto& [key, qtype] : index.strings) {
+    constexpr const char* kSuffix = ".qtype";
+    const size_t cut = key.size() >= 6 ? key.size() - 6 : std::string::npos;
+    if (cut == std::string::npos || key.compare(cut, 6, kSuffix) != 0) continue;
+    const std::string module = key.substr(0, cut);
+    const auto rows = index.tensors.find(module + ".qweight");
+    if (rows == index.tensors.end()) continue;
+    auto width = index.ints.find(module + ".in_features");
+    if (width == index.ints.end()) width = index.ints.find(module + ".embedding_dim");
+    if (width == index.ints.end()) throw ArchiveError(module + ": a quantized module without in_features or embedding_dim");
+    const ArchiveTensor& t = rows->second;
+    if (t.dtype != "uint8" || t.shape.size() != 2 || !Contiguous(t)) {
+      throw ArchiveError(module + ": qweight is not uint8 [rows, row bytes]");
+    }
+    const bool laidOutAnew = FamilyRegroups(family, WeightTypeOf(qtype));
+    const bool aligned = (t.fileOffset + static_cast<uint64_t>(t.storageOffset)) % 64 == 0;
+    const bool mapped = aligned && !(laidOutAnew && regrouped == RegroupedRows::kRewritten);
+    const bool populate = !(laidOutAnew && regrouped == RegroupedRows::kInLayoutFile);
+    weights.quantized[module + ".weight"] = {records.View(t, WeightDtype::U8, 1, mapped, populate), qtype, width->second};
+  }
+  if (records.mapping()) records.Populate(threads);
+  if (note != nullptr) {
+    const auto gb = [](uint64_t bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f GB", static_cast<double>(bytes) / 1e9);
+      return std::string(text);
+    };
+    *note = !records.mapping() ? "weights read into memory from the archive (" + why + ")"
+                               : "weights read from the archive without the TorchScript module: " + gb(records.mappedBytes()) +
+                                     " in place (mapped, under a read lease)" +
+                                     (records.readBytes() > 0 ? ", " + gb(records.readBytes()) + " read into memory" : "");
+  }
+  return weights;
+}
+
+}  // namespace tsn
