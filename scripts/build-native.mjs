@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Builds the libtorch addon: cmake-js (CMakeLists.txt) by default, node-gyp (binding.gyp)
-// with --gyp. Skips the build when the sources have not changed since the last one.
+// Builds the addon, torchserve.node, and beside it the same without libtorch,
+// torchserve-native.node: cmake-js (CMakeLists.txt) by default, node-gyp (binding.gyp) with
+// --gyp. Skips the build when the sources have not changed since the last one.
 //   node scripts/build-native.mjs [--force] [--gyp] [--debug] [--sanitize]
 // --sanitize: ASan + UBSan, into build-asan/ (npm run test:sanitize loads it via TORCHSERVE_ADDON).
 // The `install` script of package.json runs this, so `npm install` builds the addon.
@@ -66,7 +67,8 @@ function resolveTool(specifier, fallback, what) {
 const output = useGyp ? OUTPUTS.gyp : OUTPUTS.cmake;
 const stamp = `${output}.sha256`;
 const hash = sourceHash();
-if (!force && existsSync(output) && existsSync(stamp) && readFileSync(stamp, "utf8").trim() === hash) {
+if (!force && existsSync(output) && existsSync(join(dirname(output), "torchserve-native.node")) && existsSync(stamp) &&
+    readFileSync(stamp, "utf8").trim() === hash) {
   console.log(`torchserve-node: addon up to date (${output})`);
   process.exit(0);
 }
@@ -126,7 +128,9 @@ if (useGyp) {
   result = spawnSync(process.execPath, cmakeArgs, { cwd: root, stdio: "inherit" });
 }
 
-if (result.status !== 0 || !existsSync(output)) {
+// Both addons: torchserve.node and, beside it, the build without libtorch (CMakeLists.txt).
+const nativeOutput = join(dirname(output), "torchserve-native.node");
+if (result.status !== 0 || !existsSync(output) || !existsSync(nativeOutput)) {
   fail([
     "Look above for the first error. The usual causes and fixes:",
     "- libtorch not found, any one of:",

@@ -11,11 +11,64 @@
 //   node scripts/torch-paths.mjs --cmake   (Torch_DIR;lib dir;has CUDA;source, a CMake list)
 // and node-addon-api's include folder for both builds:
 //   node scripts/torch-paths.mjs --node-addon-api
+// and the addons' sources for both builds (the libtorch addon's are all of native/; the one
+// built without libtorch leaves out TORCH_SOURCES; VARIANT_SOURCES are compiled for each, the
+// rest, shared, once for both):
+//   node scripts/torch-paths.mjs --sources torch|native|shared|variant|torch-only
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
+
+// The sources that call into libtorch: the TorchScript module (loading it, its forward, its
+// methods' values) and devices. The addon built without them (TSN_NATIVE_ONLY) serves language
+// models on the CPU from their archive's records (native/runtime/NativeChoice.h).
+export const TORCH_SOURCES = [
+  "native/binding/HostValue.cc",
+  "native/common/Device.cc",
+  "native/common/DeviceMemory.cc",
+  "native/runtime/Checkpoint.cc",
+  "native/runtime/Runtime.cc",
+  "native/steppers/ModuleWeights.cc",
+  "native/steppers/ScriptStepper.cc",
+  "native/steppers/TensorLogits.cc",
+];
+
+// The sources whose code differs between the two builds (#if TSN_NATIVE_ONLY).
+export const VARIANT_SOURCES = [
+  "native/binding/LoadWorker.cc",
+  "native/binding/TorchModel.cc",
+  "native/binding/addon.cc",
+  "native/common/Errors.cc",
+  "native/common/MappedFile.cc",
+  "native/runtime/InferenceThread.cc",
+  "native/runtime/LoadCheckCache.cc",
+  "native/runtime/ModelCore.cc",
+  "native/runtime/NativeChoice.cc",
+];
+
+/**
+ * The .cc files under native/, sorted, relative to the package root: "torch" all of them (the
+ * libtorch addon's), "native" all but TORCH_SOURCES (the build without libtorch), "shared" those
+ * compiled once for both (neither TORCH_SOURCES nor VARIANT_SOURCES), "variant" VARIANT_SOURCES,
+ * "torch-only" TORCH_SOURCES.
+ */
+export function addonSources(which) {
+  const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+  const all = readdirSync(join(root, "native"), { recursive: true })
+    .filter((name) => name.endsWith(".cc"))
+    .map((name) => `native/${name.split(sep).join("/")}`)
+    .sort();
+  const torch = (name) => TORCH_SOURCES.includes(name);
+  const variant = (name) => VARIANT_SOURCES.includes(name);
+  if (which === "torch") return all;
+  if (which === "native") return all.filter((name) => !torch(name));
+  if (which === "shared") return all.filter((name) => !torch(name) && !variant(name));
+  if (which === "variant") return all.filter(variant);
+  if (which === "torch-only") return all.filter(torch);
+  throw new Error(`--sources ${which}: expected torch, native, shared, variant or torch-only`);
+}
 
 /** The numbered ways to provide libtorch, for every "not found" message (this file's and build-native.mjs's). */
 export function torchFixes() {
@@ -134,6 +187,8 @@ export function nodeAddonApiDir() {
 const asCommand = process.argv[1] && realpathSync(process.argv[1]) === realpathSync(new URL(import.meta.url).pathname);
 if (asCommand && process.argv[2] === "--node-addon-api") {
   console.log(nodeAddonApiDir());
+} else if (asCommand && process.argv[2] === "--sources") {
+  console.log(addonSources(process.argv[3]).join(" "));
 } else if (asCommand) {
   let found;
   try {

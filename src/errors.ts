@@ -15,6 +15,11 @@ export const ErrorCodes = {
   /** Malformed device string, or a device this libtorch build cannot use. */
   ERR_DEVICE: 500,
   ERR_INVALID_ARGUMENT: 400,
+  /**
+   * The addon built without libtorch cannot serve this checkpoint so (no remembered verdict of
+   * the load-time check lets it): TorchEngine then loads it with the libtorch addon. Internal.
+   */
+  ERR_NEEDS_LIBTORCH: 500,
   /** The engine was disposed before or while the call ran. */
   ERR_DISPOSED: 503,
   ERR_CANCELLED: 499,

@@ -2,6 +2,7 @@
 
 #include "binding/TorchModel.h"
 #include "common/ErrorCodes.h"
+#include "runtime/ArchiveWeights.h"
 
 namespace tsn {
 
@@ -12,6 +13,17 @@ LoadWorker::LoadWorker(Napi::Env env, LoadRequest request)
 
 void LoadWorker::Execute() {
   try {
+#if TSN_NATIVE_ONLY
+    // This build opens a language model's archive on the CPU and nothing else.
+    if (!request_.languageModel || request_.device != "cpu") {
+      throw CodedError(ErrorCode::kNeedsLibtorch, "this addon is built without libtorch: it opens language models on the CPU");
+    }
+    try {
+      loaded_ = OpenCheckpoint(request_.path, request_.extraFiles, request_.mapWeights, request_.kernels, request_.layoutDir);
+    } catch (const std::exception& e) {
+      throw CodedError(ErrorCode::kNeedsLibtorch, std::string("not an archive this addon opens without libtorch: ") + e.what());
+    }
+#else
     if (request_.deferModule && request_.languageModel && request_.device == "cpu") {
       try {
         loaded_ = OpenCheckpoint(request_.path, request_.extraFiles, request_.mapWeights, request_.kernels, request_.layoutDir);
@@ -22,6 +34,7 @@ void LoadWorker::Execute() {
     }
     loaded_ = LoadCheckpoint(request_.path, request_.device, request_.extraFiles, request_.languageModel,
                              request_.mapWeights, request_.kernels, request_.layoutDir);
+#endif
   } catch (...) {
     failure_ = CurrentError(ErrorCode::kCheckpointInvalid);
     SetError(failure_.message);

@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "binding/AddonData.h"
+#if !TSN_NATIVE_ONLY
 #include "binding/HostValue.h"
+#endif
 #include "binding/JsArgs.h"
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
@@ -114,6 +116,9 @@ bool TorchModel::Submit(Napi::Env env, InferenceThread::Task task) {
 }
 
 Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
+#if TSN_NATIVE_ONLY
+  return Rejected(info.Env(), {ErrorCode::kNeedsLibtorch, "run() needs the addon built with libtorch; this one serves generation"});
+#else
   Napi::Env env = info.Env();
   std::string method;
   std::vector<HostValue> args;
@@ -172,6 +177,7 @@ Napi::Value TorchModel::Run(const Napi::CallbackInfo& info) {
   auto abandon = [settle] { settle({}, true, {ErrorCode::kDisposed, "the model was disposed"}); };
   if (!Submit(env, {run, abandon, nullptr})) return Rejected(env, {ErrorCode::kDisposed, "the model was disposed"});
   return deferred.Promise();
+#endif
 }
 
 Napi::Value TorchModel::Generate(const Napi::CallbackInfo& info) {
@@ -438,7 +444,11 @@ Napi::Value TorchModel::ExtraFiles(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value TorchModel::Device(const Napi::CallbackInfo& info) {
+#if TSN_NATIVE_ONLY
+  return Napi::String::New(info.Env(), "cpu");  // the only device of this build
+#else
   return Napi::String::New(info.Env(), core_->loaded().device.str());
+#endif
 }
 
 Napi::Value TorchModel::PrefixCacheStats(const Napi::CallbackInfo& info) {

@@ -5,7 +5,9 @@
 #include "binding/AddonData.h"
 #include "binding/LoadWorker.h"
 #include "binding/TorchModel.h"
+#if !TSN_NATIVE_ONLY
 #include "common/Device.h"
+#endif
 #include "common/ErrorCodes.h"
 #include "kernels/Kernels.h"
 #include "runtime/Runtime.h"
@@ -41,6 +43,13 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
     out.Set("reason", verdict.reason);
     return out;
   }));
+  // Built without libtorch (TSN_NATIVE_ONLY): language models on the CPU, opened with
+  // deferModule and served where NativeFromArchive allows (src/native/binding.ts,
+  // loadNativeAddon); anything else rejects with ERR_NEEDS_LIBTORCH.
+#if TSN_NATIVE_ONLY
+  exports.Set("withoutLibtorch", Napi::Boolean::New(env, true));
+#else
+  exports.Set("withoutLibtorch", Napi::Boolean::New(env, false));
   exports.Set("cudaAvailable", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(info.Env(), CudaAvailable());
   }));
@@ -50,6 +59,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModule", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return LoadModel(info, false);
   }));
+#endif
   exports.Set("loadLanguageModel", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return LoadModel(info, true);
   }));

@@ -13,10 +13,14 @@ inline constexpr const char kDevice[] = "ERR_DEVICE";
 inline constexpr const char kDisposed[] = "ERR_DISPOSED";
 inline constexpr const char kInference[] = "ERR_INFERENCE";
 inline constexpr const char kInvalidArgument[] = "ERR_INVALID_ARGUMENT";
+// The addon built without libtorch (TSN_NATIVE_ONLY) cannot serve this checkpoint so: the
+// caller loads it with the libtorch addon instead (TorchEngine does).
+inline constexpr const char kNeedsLibtorch[] = "ERR_NEEDS_LIBTORCH";
 
 // In the order above; exported to JavaScript.
 inline constexpr const char* kAll[] = {
     kCheckpointNotFound, kCheckpointInvalid, kCheckpointInterface, kDevice, kDisposed, kInference, kInvalidArgument,
+    kNeedsLibtorch,
 };
 
 }  // namespace tsn::ErrorCode

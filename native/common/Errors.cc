@@ -1,6 +1,8 @@
 #include "common/Errors.h"
 
+#if !TSN_NATIVE_ONLY
 #include <c10/util/Exception.h>
+#endif
 
 namespace tsn {
 
@@ -9,8 +11,10 @@ ErrorInfo CurrentError(const char* fallbackCode) {
     throw;
   } catch (const CodedError& e) {
     return {e.code(), e.what()};
+#if !TSN_NATIVE_ONLY
   } catch (const c10::Error& e) {
     return {fallbackCode, e.what_without_backtrace()};
+#endif
   } catch (const std::exception& e) {
     return {fallbackCode, e.what()};
   } catch (...) {

@@ -30,7 +30,14 @@ std::vector<MappedFile*> registry;
 // queued. Its handler only writes the descriptor to a pipe; a thread of its own does the copy.
 int leasePipe[2] = {-1, -1};
 
-int LeaseSignal() { return SIGRTMIN + 8; }
+// The addon built without libtorch (TSN_NATIVE_ONLY) can share a process with the libtorch
+// addon, each with its own copy of this file: each takes a signal of its own.
+#if TSN_NATIVE_ONLY
+constexpr int kLeaseSignalOffset = 9;
+#else
+constexpr int kLeaseSignalOffset = 8;
+#endif
+int LeaseSignal() { return SIGRTMIN + kLeaseSignalOffset; }
 
 void OnLeaseBreak(int, siginfo_t* info, void*) {
   const int saved = errno;
@@ -61,7 +68,8 @@ bool ListenForLeaseBreaks(std::string* why) {
   std::call_once(once, [] {
     struct sigaction old {};
     if (sigaction(LeaseSignal(), nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) {
-      failure = "signal " + std::to_string(LeaseSignal()) + " (SIGRTMIN+8) is taken in this process";
+      failure = "signal " + std::to_string(LeaseSignal()) + " (SIGRTMIN+" + std::to_string(kLeaseSignalOffset) +
+                ") is taken in this process";
       return;
     }
     if (pipe2(leasePipe, O_CLOEXEC) != 0) {

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "common/MappedFile.h"
+#include "runtime/LayoutCache.h"
+#include "runtime/LoadCheckCache.h"
 
 namespace tsn {
 
@@ -140,9 +142,10 @@ class Records {
 }  // namespace
 
 CheckpointWeights ArchiveWeights(const ArchiveIndex& index, const std::string& path, std::vector<int64_t> cacheShape,
-                                 const KernelSet& family, RegroupedRows regrouped, int threads, std::string* note) {
-  std::string why;
-  Records records(path, MappedFile::Open(path, &why));
+                                 const KernelSet& family, RegroupedRows regrouped, bool mapWeights, int threads,
+                                 std::string* note) {
+  std::string why = "mapping off";
+  Records records(path, mapWeights ? MappedFile::Open(path, &why) : nullptr);
   CheckpointWeights weights;
   weights.cacheShape = std::move(cacheShape);
   for (const auto& [name, tensor] : index.tensors) {
@@ -180,12 +183,52 @@ CheckpointWeights ArchiveWeights(const ArchiveIndex& index, const std::string& p
       std::snprintf(text, sizeof text, "%.2f GB", static_cast<double>(bytes) / 1e9);
       return std::string(text);
     };
-    *note = !records.mapping() ? "weights read into memory from the archive (" + why + ")"
-                               : "weights read from the archive without the TorchScript module: " + gb(records.mappedBytes()) +
-                                     " in place (mapped, under a read lease)" +
-                                     (records.readBytes() > 0 ? ", " + gb(records.readBytes()) + " read into memory" : "");
+    *note = "weights read from the archive without the TorchScript module: " +
+            (!records.mapping() ? gb(records.readBytes()) + " read into memory (" + why + ")"
+                                : gb(records.mappedBytes()) + " in place (mapped, under a read lease)" +
+                                      (records.readBytes() > 0 ? ", " + gb(records.readBytes()) + " read into memory" : ""));
   }
   return weights;
+}
+
+const KernelSet& FamilyForCap(const std::string& cap) {
+  try {
+    return SelectKernels(cap);
+  } catch (...) {
+    return SelectKernels("auto");
+  }
+}
+
+LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::string>& extraFileNames, bool mapWeights,
+                           const std::string& kernelsCap, const std::string& layoutDir) {
+  LoadedModel loaded;
+  loaded.path = path;
+  loaded.source = {extraFileNames, mapWeights, kernelsCap};
+  auto index = std::make_shared<ArchiveIndex>(ReadArchiveIndex(path));
+  std::vector<std::string> names = extraFileNames;
+  names.push_back("config.json");
+  names.push_back(kLoadCheckFile);
+  for (const std::string& name : names) {
+    const auto found = index->extraFiles.find(name);
+    if (found == index->extraFiles.end()) continue;
+    std::string content = ReadArchiveBytes(path, found->second.first, found->second.second);
+    if (name == kLoadCheckFile) {
+      loaded.loadCheckReference = std::move(content);
+    } else {
+      loaded.extraFiles[name] = std::move(content);
+    }
+  }
+  if (!loaded.extraFiles.count("config.json")) throw ArchiveError("no config.json");
+  loaded.index = std::move(index);
+  if (mapWeights && !layoutDir.empty()) {
+    loaded.layoutDigest = ArchiveDigest(path);
+    if (!loaded.layoutDigest.empty()) {
+      loaded.layoutDir = layoutDir;
+      std::string why;
+      loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, FamilyForCap(kernelsCap).name, &why);
+    }
+  }
+  return loaded;
 }
 
 }  // namespace tsn

@@ -25,7 +25,7 @@
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
 #include "kernels/Kernels.h"
-#include "runtime/ArchiveIndex.h"
+#include "runtime/ArchiveWeights.h"
 #include "runtime/LayoutCache.h"
 #include "runtime/LoadCheckCache.h"
 #include "common/ErrorCodes.h"
@@ -205,15 +205,6 @@ std::set<uint64_t> TensorRecordOffsets(const std::string& path) {
   return offsets;
 }
 
-// The family configure picks for this cap (an unknown cap is configure's error to report).
-const KernelSet& Family(const std::string& cap) {
-  try {
-    return SelectKernels(cap);
-  } catch (...) {
-    return SelectKernels("auto");
-  }
-}
-
 void RequireMethod(const torch::jit::Module& module, const std::string& name, const std::string& path) {
   if (!module.find_method(name)) {
     throw CodedError(ErrorCode::kCheckpointInterface,
@@ -254,7 +245,7 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       auto reader = std::make_shared<DeferringReader>(path, TensorRecordOffsets(path));
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
       size_t laidOut = 0;
-      const KernelSet& family = Family(kernelsCap);
+      const KernelSet& family = FamilyForCap(kernelsCap);
       if (!loaded.layoutDir.empty()) {
         loaded.layoutDigest = ArchiveDigest(path);
         if (loaded.layoutDigest.empty()) loaded.layoutDir.clear();
@@ -325,38 +316,6 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
     if (!loaded.extraFiles.count("config.json")) {
       throw CodedError(ErrorCode::kCheckpointInterface,
                        "Checkpoint " + path + " carries no config.json extra file (see docs/checkpoint.md).");
-    }
-  }
-  return loaded;
-}
-
-LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::string>& extraFileNames, bool mapWeights,
-                           const std::string& kernelsCap, const std::string& layoutDir) {
-  LoadedModel loaded;
-  loaded.path = path;
-  loaded.source = {extraFileNames, mapWeights, kernelsCap};
-  auto index = std::make_shared<ArchiveIndex>(ReadArchiveIndex(path));
-  std::vector<std::string> names = extraFileNames;
-  names.push_back("config.json");
-  names.push_back(kLoadCheckFile);
-  for (const std::string& name : names) {
-    const auto found = index->extraFiles.find(name);
-    if (found == index->extraFiles.end()) continue;
-    std::string content = ReadArchiveBytes(path, found->second.first, found->second.second);
-    if (name == kLoadCheckFile) {
-      loaded.loadCheckReference = std::move(content);
-    } else {
-      loaded.extraFiles[name] = std::move(content);
-    }
-  }
-  if (!loaded.extraFiles.count("config.json")) throw ArchiveError("no config.json");
-  loaded.index = std::move(index);
-  if (mapWeights && !layoutDir.empty()) {
-    loaded.layoutDigest = ArchiveDigest(path);
-    if (!loaded.layoutDigest.empty()) {
-      loaded.layoutDir = layoutDir;
-      std::string why;
-      loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, Family(kernelsCap).name, &why);
     }
   }
   return loaded;

@@ -59,14 +59,6 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
                            bool mapWeights = true, const std::string& kernelsCap = "auto",
                            const std::string& layoutDir = "");
 
-// A language model's archive on the CPU opened without libtorch (runtime/ArchiveIndex.h): the
-// module tree's records and attributes listed, the extra files (config.json, required, and
-// the load-time check's reference) read, the layout file found as LoadCheckpoint finds it;
-// the module itself is left for LoadModule. Throws where the archive is not one this reader
-// takes (the caller then loads it with LoadCheckpoint, whose errors say what is wrong).
-LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::string>& extraFileNames, bool mapWeights,
-                           const std::string& kernelsCap, const std::string& layoutDir);
-
 // Loads a deferred module (LoadCheckpoint, with the serving interface checked); nothing where
 // it is loaded already. Blocking.
 void LoadModule(LoadedModel& model);

@@ -1,12 +1,16 @@
 #include "runtime/InferenceThread.h"
 
+#include <dlfcn.h>
+
+#if !TSN_NATIVE_ONLY
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
-#include <dlfcn.h>
+#endif
 
 namespace tsn {
 
+#if !TSN_NATIVE_ONLY
 namespace {
 
 // OpenBLAS ignores at::set_num_threads; reach it directly when it is the BLAS in use.
@@ -18,6 +22,7 @@ void SetBlasThreads(int threads) {
 }
 
 }  // namespace
+#endif
 
 InferenceThread::InferenceThread(c10::Device device, int intraOpThreads)
     : device_(device), intraOpThreads_(intraOpThreads) {
@@ -71,6 +76,7 @@ void InferenceThread::Join() {
 }
 
 void InferenceThread::Loop() {
+#if !TSN_NATIVE_ONLY
   if (intraOpThreads_ > 0) {
     at::set_num_threads(intraOpThreads_);
     SetBlasThreads(intraOpThreads_);
@@ -78,6 +84,7 @@ void InferenceThread::Loop() {
   c10::InferenceMode inferenceMode;
   c10::OptionalDeviceGuard deviceGuard;
   if (!device_.is_cpu()) deviceGuard.reset_device(device_);
+#endif
 
   for (;;) {
     Task task;

@@ -7,7 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <c10/util/hash.h>
+#include "common/Sha1.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -129,7 +129,7 @@ LayoutName LayoutFileName(const std::string& dir, const std::string& digest, con
     if (FamilyRegroups(kernels, static_cast<WeightType>(t))) regrouped += " " + std::to_string(t);
   }
   name.key = digest + " | " + AddonIdentity() + " | " + family + " | regroups" + regrouped;
-  name.file = (std::filesystem::path(dir) / ("layout-" + c10::sha1(name.key).str() + ".bin")).string();
+  name.file = (std::filesystem::path(dir) / ("layout-" + Sha1Hex(name.key) + ".bin")).string();
   return name;
 }
 

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <c10/util/hash.h>
+#include "common/Sha1.h"
 
 #include <cerrno>
 #include <cstdint>
@@ -79,20 +79,27 @@ std::string ArchiveDigest(const std::string& path) {
   std::vector<unsigned char> directory(cdSize);
   if (!ReadAt(in, cdOffset, directory)) return "";
   const std::string bytes(directory.begin(), directory.end());
-  return c10::sha1(bytes).str() + " " + std::to_string(size);
+  return Sha1Hex(bytes) + " " + std::to_string(size);
 }
 
 std::string AddonIdentity() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&AddonIdentity), &info) == 0 || info.dli_fname == nullptr) return "unknown";
+#if TSN_NATIVE_ONLY
+  // The build without libtorch lies beside the libtorch addon, built with it from the same
+  // sources: it takes that one's identity, and so finds the verdicts that one remembered.
+  const std::string path = (std::filesystem::path(info.dli_fname).parent_path() / "torchserve.node").string();
+#else
+  const std::string path = info.dli_fname;
+#endif
   struct stat st{};
-  if (stat(info.dli_fname, &st) != 0) return info.dli_fname;
-  return std::string(info.dli_fname) + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+  if (stat(path.c_str(), &st) != 0) return "unknown: " + std::string(info.dli_fname);
+  return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
          std::to_string(st.st_mtim.tv_nsec);
 }
 
 LoadCheckCache::LoadCheckCache(std::string dir, std::string key) : dir_(std::move(dir)), key_(std::move(key)) {
-  if (!dir_.empty()) file_ = (std::filesystem::path(dir_) / (c10::sha1(key_).str() + ".txt")).string();
+  if (!dir_.empty()) file_ = (std::filesystem::path(dir_) / (Sha1Hex(key_) + ".txt")).string();
 }
 
 std::optional<CheckVerdict> LoadCheckCache::Find() const {

@@ -57,7 +57,8 @@ class LoadCheckCache {
 std::string ArchiveDigest(const std::string& path);
 
 // The addon binary's identity (its path, size and modification time), so a rebuilt addon
-// checks again.
+// checks again; in the build without libtorch, the libtorch addon's beside it
+// (torchserve.node).
 std::string AddonIdentity();
 
 }  // namespace tsn

@@ -36,7 +36,9 @@ ConfigureResult ModelCore::Configure(const RuntimeRequest& request, const Decode
     stepper_ = std::move(choice.stepper);
     if (choice.runtime == "native" && request.releaseModuleWeights) {
       // The native runtime packed its own copy: the module's parameters are not read again.
+#if !TSN_NATIVE_ONLY
       if (loaded_.module) ReleaseParameters(*loaded_.module);  // none: built from the archive
+#endif
       weightsReleased_ = true;
       const std::string owned = OwnWeights(choice.kernels);
       if (!owned.empty()) choice.note += "; " + owned;
@@ -189,7 +191,12 @@ void ModelCore::CancelAll() {
 }
 
 std::pair<int64_t, int64_t> ModelCore::WeightBytes() const {
-  return {loaded_.module ? ModuleWeightBytes(*loaded_.module) : 0, stepper_ ? stepper_->WeightBytes() : 0};
+#if TSN_NATIVE_ONLY
+  const int64_t module = 0;  // never loaded in this build
+#else
+  const int64_t module = loaded_.module ? ModuleWeightBytes(*loaded_.module) : 0;
+#endif
+  return {module, stepper_ ? stepper_->WeightBytes() : 0};
 }
 
 void ModelCore::Release() {

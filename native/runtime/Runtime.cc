@@ -12,14 +12,12 @@
 #include <sstream>
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/version.h>
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
 #include "common/Parallel.h"
-#include "runtime/ArchiveIndex.h"
-#include "runtime/ArchiveWeights.h"
 #include "runtime/LoadCheckCache.h"
+#include "runtime/NativeChoice.h"
 #include "steppers/ModuleWeights.h"
 #include "steppers/NativeRegistry.h"
 #include "steppers/ScriptStepper.h"
@@ -126,27 +124,6 @@ double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<
   }
   return worst;
 }
-
-// Largest relative logit difference accepted from the native runtime. float32: both compute
-// the same sums in a different order (1e-3 leaves room for that and nothing else). 16-bit
-// checkpoints are compared with the checkpoint's forward run in float32 on the same 16-bit
-// weights (the TorchScript bf16 forward rounds every activation to 8 significant bits, the
-// native one accumulates in float32: comparing those two would measure TorchScript's rounding);
-// the native runtime still rounds activations to bf16 before each AVX512_BF16 dot product
-// (relative error 2^-9 per product input), which after a few layers moves logits by up to ~1% of
-// their largest magnitude. 2e-2 allows that, while a layout or rotary mistake moves them by O(1).
-// Quantized checkpoints (config.json "quantization") are compared with their TorchScript
-// forward, which dequantizes the weights and computes in float32; the native runtime also
-// quantizes the activations to 8 bits (as llama.cpp does: per block of 32 for Q8_0 weights, per
-// 256 for the K-quants; relative error up to 2^-8 of the block's largest input), and that alone
-// compounds over the layers: on the Llama-3.2-1B shape with random weights (16 layers), the
-// checkpoint's own float forward with its linear inputs so rounded moved the logits by 0.054
-// (per 32) and 0.076 (per 256) of their largest magnitude, and a Q4_K_M file quantized by
-// llama.cpp measured 0.065 here on two kernel families that agree with each other. 0.15 leaves
-// room for deeper models, while a layout, scale or rotary mistake moves logits by O(1).
-constexpr double kTolerance32 = 1e-3;
-constexpr double kTolerance16 = 2e-2;
-constexpr double kToleranceQuantized = 0.15;
 
 // The TorchScript runtime's settings a timing of it holds for, as one word for the remembered
 // verdict (LoadCheckCache's timing line).
@@ -285,42 +262,6 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
   return std::make_unique<ScriptStepper>(FloatCopy(model), model.device, at::kFloat, request.kvBudgetBytes, optimize);
 }
 
-// Seconds since the last Lap (or construction), recorded under `name` in `phases`.
-class PhaseClock {
- public:
-  explicit PhaseClock(std::vector<std::pair<std::string, double>>& phases) : phases_(phases) {}
-  void Lap(const std::string& name) {
-    const auto now = std::chrono::steady_clock::now();
-    phases_.emplace_back(name, std::chrono::duration<double>(now - last_).count());
-    last_ = now;
-  }
-
- private:
-  std::vector<std::pair<std::string, double>>& phases_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
-// Everything a verdict of the load-time check depends on, one fact a line: the archive's
-// contents (its digest), the addon and libtorch builds (the native forward, the probe and the
-// tolerances are compiled in), the kernel family and thread count the native forward ran on,
-// and config.json as the runtime reads it.
-std::string CheckKey(const RuntimeRequest& request, const std::string& family, const std::string& digest, double tolerance) {
-  std::ostringstream key;
-  key.precision(17);
-  key << "torchserve-node load-time check 1\n"
-      << "archive " << digest << "\n"
-      << "addon " << AddonIdentity() << "\n"
-      << "libtorch " << TORCH_VERSION << "\n"
-      << "architecture " << request.architecture << "\n"
-      << "dtype " << c10::toString(request.dtype) << "\n"
-      << "kernels " << family << "\n"
-      << "threads " << request.threads << "\n"
-      << "tolerance " << tolerance << "\n";
-  for (const auto& [name, value] : request.fields.numbers) key << "config " << name << " " << value << "\n";
-  for (const auto& [name, value] : request.fields.strings) key << "config " << name << " \"" << value << "\"\n";
-  return key.str();
-}
-
 // The load-time check: the checkpoint's own forward on the probe (its 16-bit parameters
 // widened to float32 in place for it, and narrowed back after), or the same logits as its
 // export stored them (`stored` is then set); then the native stepper is built (`native`) and
@@ -368,106 +309,11 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
 
 }  // namespace
 
-bool FastBf16Matmul() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
-}
-
-bool NeedsTiming(const std::string& family) { return family == "baseline"; }
-
-// The TorchScript forward serves only when clearly faster: timings at load move by a few
-// percent with the neighbours, and a wrong flip to it costs more than one to native.
-constexpr double kScriptMargin = 1.2;
 namespace {
-// How long the TorchScript forward's timed run may take and still be chosen (the margin under
-// the native runtime's time), and how long its untimed first run may take before the timing
-// stops it (its profiling executor's first calls cost more than later ones, but a first run
-// past this would have to shrink several-fold to win).
-double ScriptBudget(double nativeSeconds) { return nativeSeconds / kScriptMargin; }
+// How long the TorchScript forward's untimed first run may take before the timing stops it
+// (its profiling executor's first calls cost more than later ones, but a first run past this
+// would have to shrink several-fold to win).
 double ScriptWarmupBudget(double nativeSeconds) { return 3 * nativeSeconds; }
-}  // namespace
-
-RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& timings) {
-  if (!NeedsTiming(family)) {
-    return {true, "native runtime, " + family +
-                      " kernels: 1.3-12x the TorchScript forward's decode at every batch size on this family, "
-                      "and at par or ahead in prefill"};
-  }
-  char figures[200];
-  if (timings.scriptStopped) {
-    std::snprintf(figures, sizeof figures,
-                  "a short workload took %.1f ms native (%s kernels); TorchScript was stopped %.1f ms into a run of "
-                  "it, once it could no longer be chosen",
-                  timings.native * 1e3, family.c_str(), timings.script * 1e3);
-    return {true, std::string("native runtime: ") + figures};
-  }
-  std::snprintf(figures, sizeof figures, "a short workload took %.1f ms native (%s kernels), %.1f ms TorchScript",
-                timings.native * 1e3, family.c_str(), timings.script * 1e3);
-  if (timings.native > 0 && timings.script > 0 && timings.script < ScriptBudget(timings.native)) {
-    return {false, std::string("TorchScript runtime: ") + figures};
-  }
-  return {true, std::string("native runtime: ") + figures};
-}
-
-namespace {
-
-// The largest relative logit difference the check accepts from the native runtime.
-double ToleranceFor(const RuntimeRequest& request) {
-  const bool quantized = !request.fields.String("quantization", "").empty();
-  return quantized ? kToleranceQuantized : request.dtype != at::kFloat ? kTolerance16 : kTolerance32;
-}
-
-// A later load's way past the TorchScript module (OpenCheckpoint deferred it): where the
-// load-time check's verdict for this archive, build, kernel family and settings is remembered
-// as agreeing, with the checkpoint's cache shape, and the native runtime serves untimed (every
-// family but the baseline, whose "auto" times both runtimes) or is asked for, the native
-// stepper is built from the archive's records (ArchiveWeights). False, with nothing built,
-// where any of that does not hold or the records cannot be taken as they lie: the module is
-// then loaded, and the choice made as on any load.
-bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, RuntimeChoice& choice, PhaseClock& clock) {
-  if (request.runtime == "torchscript" || request.forceCheck || !model.index || !model.device.is_cpu() ||
-      request.checkCacheDir.empty()) {
-    return false;
-  }
-  const NativeFactory factory = FindNativeStepper(request.architecture);
-  if (!factory) return false;
-  const KernelSet* kernels = nullptr;
-  try {
-    kernels = &SelectKernels(request.kernels);
-  } catch (const std::exception&) {
-    return false;  // the choice below reports it
-  }
-  if (request.runtime == "auto" && NeedsTiming(kernels->name)) return false;
-  const std::string digest = ArchiveDigest(model.path);
-  if (digest.empty()) return false;
-  const LoadCheckCache cache(request.checkCacheDir, CheckKey(request, kernels->name, digest, ToleranceFor(request)));
-  const std::optional<CheckVerdict> verdict = cache.Find();
-  if (!verdict || !verdict->agrees || verdict->cacheShape.empty()) return false;
-  try {
-    const RegroupedRows regrouped = model.layout               ? RegroupedRows::kInLayoutFile
-                                    : !model.layoutDir.empty() ? RegroupedRows::kToLayoutFile
-                                                               : RegroupedRows::kRewritten;
-    std::string note;
-    const CheckpointWeights weights = ArchiveWeights(*model.index, model.path, verdict->cacheShape, *kernels, regrouped,
-                                                     static_cast<int>(LoadThreads()), &note);
-    clock.Lap("archive");
-    choice.stepper = factory(NativeContext{weights, request.fields, *kernels, request.threads, request.kvBudgetBytes});
-    clock.Lap("pack");
-    model.weightsNote = note;
-  } catch (const std::exception&) {
-    choice.stepper.reset();
-    return false;
-  }
-  const RuntimeVerdict decision = request.runtime == "native"
-                                      ? RuntimeVerdict{true, "native runtime, " + std::string(kernels->name) + " kernels: asked for"}
-                                      : DecideRuntime(kernels->name, RuntimeTimings{});
-  choice.runtime = "native";
-  choice.kernels = kernels->name;
-  choice.note = decision.reason + "; load-time check passed on " + verdict->checked +
-                " for this archive, build and kernel family (remembered in " + cache.file() + ")";
-  return true;
-}
-
 }  // namespace
 
 RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {

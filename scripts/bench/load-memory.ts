@@ -82,9 +82,10 @@ interface Row extends ChildReport {
   later: ChildReport;
   laterLoadRatio: number;
   /**
-   * The later load less its first step (loading libtorch and the addon, which a process does
-   * once whatever it loads: 0.45-0.7 s, all of it in the dynamic loader and libtorch's static
-   * initialisers), against the read; undefined where the build reports no phases.
+   * The later load less its first step (loading the addon, which a process does once whatever it
+   * loads: 0.45-0.7 s for the libtorch addon, all of it in the dynamic loader and libtorch's static
+   * initialisers; milliseconds for the build without libtorch, which serves later loads where it
+   * is built), against the read; undefined where the build reports no phases.
    */
   laterOwnRatio: number | undefined;
   checkpoint: string;
@@ -279,7 +280,7 @@ async function main(): Promise<void> {
   );
   console.log(
     "checkpoint                    dtype     weights  module  runtime  RSS before  RSS after  HWM     x weights  target  " +
-      "read s  load s  load/read  later s  later/read  later w/o libtorch /read",
+      "read s  load s  load/read  later s  later/read  later w/o addon /read",
   );
   for (const row of rows) {
     const cells = [
@@ -303,7 +304,10 @@ async function main(): Promise<void> {
     console.log(`${cells.join("  ")}   ${row.runtime}${row.kernels ? ` (${row.kernels})` : ""}`);
   }
   console.log("target: RSS after <= 1.15 x weights + KV budget (ratio <= 1), load <= 2 x read");
-  console.log("later w/o libtorch: the later load less loading libtorch and the addon (once per process, whatever it loads)");
+  console.log(
+    "later w/o addon: the later load less loading the addon (once per process, whatever it loads; libtorch's 0.45-0.7 s where " +
+      "the libtorch addon serves it, TORCHSERVE_NATIVE_ADDON=off)",
+  );
   console.log("\nwhere the load's seconds go (TorchEngine.loadPhases):");
   for (const row of rows) {
     for (const [which, report] of [["first", row], ["later", row.later]] as const) {

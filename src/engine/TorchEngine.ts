@@ -9,8 +9,17 @@ import { readArchiveExtraFiles } from "../checkpoint/archiveFiles.js";
 import { rejectForeignCheckpoint } from "../checkpoint/foreignFormats.js";
 import { readAhead, verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
-import { loadAddon, preloadAddon } from "../native/binding.js";
-import type { KernelFamily, KernelFamilyCap, RawGenerateRow, RawLanguageModel, RawLayoutWrite, RawSamplingSettings } from "../native/types.js";
+import { loadAddon, loadNativeAddon, preloadAddon } from "../native/binding.js";
+import type {
+  KernelFamily,
+  KernelFamilyCap,
+  RawAddon,
+  RawGenerateRow,
+  RawLanguageModel,
+  RawLayoutWrite,
+  RawNativeAddon,
+  RawSamplingSettings,
+} from "../native/types.js";
 import type {
   ChatTemplate,
   Completion,
@@ -31,6 +40,12 @@ import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
 
 /** The archive's extra files the engine reads: the model's config and its tokenizer's. */
+/** A tokenizer built from the archive's files before the addon read them, and those files. */
+interface EarlyTokenizer {
+  files: Record<string, string>;
+  tokenizer: Tokenizer;
+}
+
 const TOKENIZER_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
 export interface TorchEngineOptions {
@@ -193,26 +208,79 @@ export class TorchEngine implements TextGenerationEngine {
       checked = Promise.resolve(false);
     }
     checked.catch(() => undefined); // awaited below; not unhandled if loadAddon throws first
-    // The addon (and libtorch) load on a worker thread while this one builds the tokenizer from
-    // the archive's own bytes (0.25 s for GPT-2's 50K vocabulary); it is used once the addon's
-    // reading of the archive gives the same files.
+    // The tokenizer is built once, from the archive's own bytes (0.25 s for GPT-2's 50K
+    // vocabulary), while the addon loads or configures; it is used once the addon's reading of
+    // the archive gives the same files.
+    let early: { value: EarlyTokenizer | undefined } | undefined;
+    const earlyTokenizer = () => (early ??= { value: TorchEngine.earlyTokenizer(path) }).value;
+    const clock = { mark, phases, started };
+    // A checkpoint the load-time check has passed on (its verdict remembered) is served by the
+    // addon built without libtorch, which loads in milliseconds where libtorch takes 0.45-0.7 s:
+    // it builds the native runtime from the archive's records. Where it cannot, the libtorch
+    // addon loads the checkpoint as it always has.
+    const withoutLibtorch = TorchEngine.mayServeWithoutLibtorch(options) ? loadNativeAddon() : undefined;
+    if (withoutLibtorch) {
+      await checked;
+      mark("checksum and addon");
+      const engine = await TorchEngine.open(withoutLibtorch, path, options, earlyTokenizer, clock);
+      if (engine) return engine;
+      mark("without libtorch: needs libtorch");
+    }
+    // The libtorch addon loads on a worker thread while this one builds the tokenizer.
     const addonLoading = preloadAddon();
-    const early = TorchEngine.earlyTokenizer(path);
+    earlyTokenizer();
     await addonLoading;
     const addon = loadAddon();
     await checked;
-    mark("checksum and addon");
-    const model = await addon.loadLanguageModel(path, {
-      device: options.device ?? "cpu",
-      extraFiles: [...TOKENIZER_FILES],
-      threads: options.threads ?? defaultThreads(),
-      mapWeights: options.mapWeights ?? true,
-      kernels: options.kernels ?? "auto",
-      ...(options.layoutCache === undefined ? {} : { layoutCache: options.layoutCache }),
-      // The engine never calls the module's methods: on a later load the native runtime is built
-      // from the archive's records, and the module (its code and every tensor) is never loaded.
-      deferModule: (options.device ?? "cpu") === "cpu" && options.runtime !== "torchscript",
-    });
+    mark(withoutLibtorch ? "libtorch addon" : "checksum and addon");
+    return (await TorchEngine.open(addon, path, options, earlyTokenizer, clock))!;
+  }
+
+  /**
+   * Whether the addon built without libtorch may serve this load: the native runtime on the CPU
+   * with remembered verdicts of the load-time check (its own configure then says whether one
+   * lets it, ERR_NEEDS_LIBTORCH where none does).
+   */
+  private static mayServeWithoutLibtorch(options: TorchEngineOptions): boolean {
+    return (
+      (options.device ?? "cpu") === "cpu" &&
+      options.runtime !== "torchscript" &&
+      options.loadCheck !== "always" &&
+      options.loadCheckCache !== undefined
+    );
+  }
+
+  /**
+   * Opens the checkpoint with `addon` and configures it, the tokenizer built meanwhile. Undefined
+   * where `addon` is the build without libtorch and cannot serve it (ERR_NEEDS_LIBTORCH, at load
+   * or at configure; nothing is left open).
+   */
+  private static async open(
+    addon: RawAddon | RawNativeAddon,
+    path: string,
+    options: TorchEngineOptions,
+    earlyTokenizer: () => EarlyTokenizer | undefined,
+    clock: { mark: (name: string) => void; phases: Record<string, number>; started: number },
+  ): Promise<TorchEngine | undefined> {
+    const { mark, phases, started } = clock;
+    const needsLibtorch = (err: unknown) => addon.withoutLibtorch && (err as { code?: string }).code === "ERR_NEEDS_LIBTORCH";
+    let model: RawLanguageModel;
+    try {
+      model = await addon.loadLanguageModel(path, {
+        device: options.device ?? "cpu",
+        extraFiles: [...TOKENIZER_FILES],
+        threads: options.threads ?? defaultThreads(),
+        mapWeights: options.mapWeights ?? true,
+        kernels: options.kernels ?? "auto",
+        ...(options.layoutCache === undefined ? {} : { layoutCache: options.layoutCache }),
+        // The engine never calls the module's methods: on a later load the native runtime is built
+        // from the archive's records, and the module (its code and every tensor) is never loaded.
+        deferModule: (options.device ?? "cpu") === "cpu" && options.runtime !== "torchscript",
+      });
+    } catch (err) {
+      if (needsLibtorch(err)) return undefined;
+      throw err;
+    }
     mark("archive");
     try {
       const config = parseModelConfig(model.extraFiles["config.json"] ?? "");
@@ -241,6 +309,7 @@ export class TorchEngine implements TextGenerationEngine {
       });
       let tokenizer: Tokenizer;
       try {
+        const early = earlyTokenizer();
         const same = early !== undefined && TOKENIZER_FILES.every((name) => early.files[name] === model.extraFiles[name]);
         tokenizer = same ? early.tokenizer : TorchEngine.makeTokenizer(config, model.extraFiles);
       } catch (err) {
@@ -248,7 +317,15 @@ export class TorchEngine implements TextGenerationEngine {
         throw err;
       }
       mark("tokenizer (beside the addon's configure)");
-      const { runtime, kernels, note, kvBytesPerRow, phases: configured } = await configuring;
+      let choice: Awaited<typeof configuring>;
+      try {
+        choice = await configuring;
+      } catch (err) {
+        if (!needsLibtorch(err)) throw err;
+        await model.dispose();
+        return undefined;
+      }
+      const { runtime, kernels, note, kvBytesPerRow, phases: configured } = choice;
       if (configured) Object.assign(phases, configured);
       else mark("configure");
       phases["total"] = (performance.now() - started) / 1000;
@@ -276,7 +353,7 @@ export class TorchEngine implements TextGenerationEngine {
    * before the addon has opened it; undefined where they cannot be read or do not make one (the
    * addon's reading then decides, and reports what is wrong).
    */
-  private static earlyTokenizer(path: string): { files: Record<string, string>; tokenizer: Tokenizer } | undefined {
+  private static earlyTokenizer(path: string): EarlyTokenizer | undefined {
     const files = readArchiveExtraFiles(path, TOKENIZER_FILES);
     if (files?.["config.json"] === undefined) return undefined;
     try {

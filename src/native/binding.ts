@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 
 import { ServingError } from "../errors.js";
-import type { RawAddon } from "./types.js";
+import type { RawAddon, RawNativeAddon } from "./types.js";
 
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
@@ -24,7 +24,13 @@ export function addonCandidates(env: NodeJS.ProcessEnv = process.env): string[] 
   return candidates;
 }
 
+/** Where the build without libtorch lies: beside each libtorch addon candidate. */
+export function nativeAddonCandidates(env: NodeJS.ProcessEnv = process.env): string[] {
+  return addonCandidates(env).map((path) => join(dirname(path), "torchserve-native.node"));
+}
+
 let cached: RawAddon | undefined;
+let cachedNative: RawNativeAddon | null | undefined;
 let preloading: Promise<void> | undefined;
 
 /**
@@ -87,4 +93,27 @@ export function loadAddon(): RawAddon {
       "  4. A build elsewhere: point TORCHSERVE_ADDON at the .node file.",
     ].join("\n"),
   );
+}
+
+/**
+ * The addon built without libtorch (RawNativeAddon), loaded once: it loads in milliseconds, where
+ * the libtorch addon's loading takes 0.45-0.7 s. Undefined where it is not built or does not load
+ * (TORCHSERVE_NATIVE_ADDON=off asks for that too): the libtorch addon then does everything.
+ */
+export function loadNativeAddon(env: NodeJS.ProcessEnv = process.env): RawNativeAddon | undefined {
+  if (cachedNative !== undefined) return cachedNative ?? undefined;
+  cachedNative = null;
+  if (env.TORCHSERVE_NATIVE_ADDON === "off") return undefined;
+  const require = createRequire(import.meta.url);
+  // The first that exists, and only it: one built beside another libtorch addon is another build's.
+  const candidate = nativeAddonCandidates(env).find((path) => existsSync(path));
+  const libtorchAddon = addonCandidates(env).find((path) => existsSync(path));
+  if (candidate === undefined || libtorchAddon === undefined || dirname(candidate) !== dirname(libtorchAddon)) return undefined;
+  try {
+    const addon = require(candidate) as RawNativeAddon;
+    if (addon.withoutLibtorch === true) cachedNative = addon;
+  } catch {
+    // Not loadable here (another Node ABI): the libtorch addon serves.
+  }
+  return cachedNative ?? undefined;
 }

@@ -251,8 +251,23 @@ export interface RawAddon {
     scriptSeconds?: number,
     scriptStopped?: boolean,
   ): { runtime: "native" | "torchscript"; timed: boolean; reason: string };
+  /** False: this is the libtorch addon (torchserve.node). */
+  readonly withoutLibtorch: false;
   cudaAvailable(): boolean;
   cudaDeviceCount(): number;
   loadModule(path: string, options: RawLoadOptions): Promise<RawModule>;
+  loadLanguageModel(path: string, options: RawLoadOptions): Promise<RawLanguageModel>;
+}
+
+/**
+ * The same addon built without libtorch (torchserve-native.node): it opens a language model's
+ * archive on the CPU (deferModule is implied) and configure() builds the native runtime from
+ * its records where the libtorch addon's load-time check passed on it and remembered the
+ * verdict (loadCheckCache); everything else (any other load, a configure without such a
+ * verdict, run()) rejects with ERR_NEEDS_LIBTORCH, and the libtorch addon does it instead.
+ */
+export interface RawNativeAddon
+  extends Pick<RawAddon, "torchVersion" | "errorCodes" | "kernelFamilies" | "nativeArchitectures" | "decideRuntime"> {
+  readonly withoutLibtorch: true;
   loadLanguageModel(path: string, options: RawLoadOptions): Promise<RawLanguageModel>;
 }

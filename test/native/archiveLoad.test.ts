@@ -5,16 +5,21 @@
  * archive's records alone (ArchiveIndex, ArchiveWeights) and never loads the module; the tokens
  * are those of a load that did. Anything else (no verdict, a verdict remembered without the
  * cache shape, another archive, the TorchScript runtime asked for) loads the module as before.
+ * TorchEngine does that with the addon built without libtorch (torchserve-native.node), so a
+ * later load's process never loads libtorch.
  */
 import { expect } from "chai";
+import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
-import { loadAddon } from "../../src/native/binding.js";
+import { loadAddon, loadNativeAddon } from "../../src/native/binding.js";
 import type { RawLanguageModelSettings, RawRuntimeChoice } from "../../src/native/types.js";
+import { repoRoot } from "../helpers/fixtures.js";
 import { agreedSteps, greedy, nativeFixtureSet } from "../helpers/nativeSet.js";
+import { rejection } from "../helpers/rejection.js";
 
 const addon = loadAddon();
 const WITHOUT_MODULE = /weights read from the archive without the TorchScript module/;
@@ -169,5 +174,64 @@ describe("later loads without the TorchScript module", function () {
     expect(notes[0]).to.not.match(WITHOUT_MODULE);
     expect(notes[1]).to.match(WITHOUT_MODULE);
     expect(texts[1]).to.equal(texts[0]);
+  });
+
+  it("TorchEngine's later load runs in a process that never loads libtorch; TORCHSERVE_NATIVE_ADDON=off loads it", async () => {
+    const [, reference] = Object.entries(nativeFixtureSet()).find(([, r]) => r.architecture === "llama" && r.quantization)!;
+    const cache = join(dir, "verdicts-process");
+    const script = `
+      import { TorchEngine } from ${JSON.stringify(join(repoRoot, "dist", "src", "engine", "TorchEngine.js"))};
+      import { readFileSync } from "node:fs";
+      const engine = await TorchEngine.load(process.argv[1], { threads: 1, loadCheckCache: process.argv[2], verifyChecksum: false });
+      const [text] = await engine.generateBatch([{ prompt: "the", maxNewTokens: 6, temperature: 0, topK: 0 }]);
+      await engine.dispose();
+      const maps = readFileSync("/proc/self/maps", "utf8");
+      console.log(JSON.stringify({ text, note: engine.runtimeNote, libtorch: /libtorch_cpu\.so/.test(maps), phases: Object.keys(engine.loadPhases) }));`;
+    const run = (env: NodeJS.ProcessEnv = {}) =>
+      JSON.parse(
+        execFileSync(process.execPath, ["--input-type=module", "-e", script, reference.file, cache], {
+          env: { ...process.env, ...env },
+          encoding: "utf8",
+        }),
+      ) as { text: string; note: string; libtorch: boolean; phases: string[] };
+    const first = run();
+    expect(first.libtorch, "the first load checks with libtorch").to.equal(true);
+    expect(first.phases).to.include("libtorch addon");
+    const later = run();
+    expect(later.note).to.match(WITHOUT_MODULE);
+    expect(later.libtorch, "a later load needs no libtorch").to.equal(false);
+    expect(later.text).to.equal(first.text);
+    const off = run({ TORCHSERVE_NATIVE_ADDON: "off" });
+    expect(off.libtorch).to.equal(true);
+    expect(off.note).to.match(WITHOUT_MODULE);
+    expect(off.text).to.equal(first.text);
+  });
+
+  it("the addon without libtorch refuses, with ERR_NEEDS_LIBTORCH, what it cannot serve", async () => {
+    const native = loadNativeAddon();
+    expect(native, "build/Release/torchserve-native.node is built beside the libtorch addon").to.not.equal(undefined);
+    const [name, reference] = Object.entries(nativeFixtureSet()).find(([, r]) => r.architecture === "gpt")!;
+    expect((await rejection(native!.loadLanguageModel(join(dir, "absent.pt"), { device: "cpu" }))).code).to.equal("ERR_NEEDS_LIBTORCH");
+    expect((await rejection(native!.loadLanguageModel(reference.file, { device: "cuda" }))).code).to.equal("ERR_NEEDS_LIBTORCH");
+    const model = await native!.loadLanguageModel(reference.file, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
+    try {
+      const settings = {
+        contextLength: 64,
+        architecture: reference.architecture,
+        dtype: reference.dtype,
+        modelConfig: JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>,
+        loadCheckCache: join(dir, "verdicts-none"),
+      };
+      // No verdict remembered for it: the libtorch addon must check it first.
+      expect((await rejection(model.configure(settings))).code).to.equal("ERR_NEEDS_LIBTORCH");
+      expect((await rejection(model.run("cache_shape", [1]))).code).to.equal("ERR_NEEDS_LIBTORCH");
+      await serve(reference.file, name, { runtime: "native", loadCheckCache: settings.loadCheckCache });
+      const choice = await model.configure(settings);
+      expect(choice.note).to.match(WITHOUT_MODULE);
+      const [out] = await model.generate([greedy(reference.cases[0]!)], null).result;
+      agreedSteps(reference.cases[0]!, Array.from(out!), 0.02, name);
+    } finally {
+      await model.dispose();
+    }
   });
 });

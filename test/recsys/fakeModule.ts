@@ -117,6 +117,7 @@ export function fakeAddon(): RawAddon & { loads: Array<{ path: string; options: 
   return {
     loads,
     torchVersion: "fake",
+    withoutLibtorch: false,
     errorCodes: [],
     kernelFamilies: ["baseline"],
     nativeArchitectures: [],
