@@ -40,6 +40,18 @@ import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
 
 /** The archive's extra files the engine reads: the model's config and its tokenizer's. */
+/** Whether `promise` is still pending once the current macrotask's settled promises have run. */
+function unsettled(promise: Promise<unknown>): Promise<boolean> {
+  return new Promise((resolve) => {
+    let settled = false;
+    promise.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    setImmediate(() => resolve(!settled));
+  });
+}
+
 /** A tokenizer built from the archive's files before the addon read them, and those files. */
 interface EarlyTokenizer {
   files: Record<string, string>;
@@ -220,6 +232,10 @@ export class TorchEngine implements TextGenerationEngine {
     // addon loads the checkpoint as it always has.
     const withoutLibtorch = TorchEngine.mayServeWithoutLibtorch(options) ? loadNativeAddon() : undefined;
     if (withoutLibtorch) {
+      // A hash under way means a file whose match is not remembered: one not loaded before (or
+      // changed), which has no verdict either. libtorch, which that load needs, then loads beside
+      // the hash, as it did before there was an addon without it.
+      if (await unsettled(checked)) void preloadAddon();
       await checked;
       mark("checksum and addon");
       const engine = await TorchEngine.open(withoutLibtorch, path, options, earlyTokenizer, clock);
