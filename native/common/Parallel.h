@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -33,6 +34,23 @@ void SplitAcrossThreads(int64_t count, size_t bytes, Fn&& fn) {
     helpers.emplace_back([&fn, t, threads, count] { fn(count * t / threads, count * (t + 1) / threads); });
   }
   fn(int64_t{0}, count / threads);
+  for (auto& helper : helpers) helper.join();
+}
+
+// fn(item) for each of `items`, the largest (by size(item)) first, on up to `threads` threads
+// each taking the next in turn: reading or paging in a checkpoint's records, whose sizes vary
+// by orders of magnitude. Sorts `items`.
+template <typename Item, typename Size, typename Fn>
+void LargestFirst(std::vector<Item>& items, int threads, Size&& size, Fn&& fn) {
+  std::sort(items.begin(), items.end(), [&](const Item& a, const Item& b) { return size(a) > size(b); });
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < items.size(); i = next++) fn(items[i]);
+  };
+  std::vector<std::thread> helpers;
+  const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, items.size())));
+  for (int t = 1; t < count; ++t) helpers.emplace_back(work);
+  work();
   for (auto& helper : helpers) helper.join();
 }
 

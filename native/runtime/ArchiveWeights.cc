@@ -4,15 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "common/MappedFile.h"
+#include "common/Parallel.h"
 #include "runtime/LayoutCache.h"
 #include "runtime/LoadCheckCache.h"
 
@@ -109,16 +108,8 @@ class Records {
     for (const Record& r : mapped_) {
       if (r.populate) records.push_back(r);
     }
-    std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.bytes > b.bytes; });
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < records.size(); i = next++) file_->Populate(records[i].offset, records[i].bytes);
-    };
-    std::vector<std::thread> helpers;
-    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, records.size())));
-    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
-    work();
-    for (auto& helper : helpers) helper.join();
+    LargestFirst(records, threads, [](const Record& r) { return r.bytes; },
+                 [&](const Record& r) { file_->Populate(r.offset, r.bytes); });
   }
 
   bool mapping() const { return file_ != nullptr; }

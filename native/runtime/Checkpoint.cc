@@ -128,7 +128,7 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
       bytes += d.n;
     }
     deferred_ = std::move(rest);
-    LargestFirst(mapped, threads, [&](const Deferred& d) { file->Populate(d.pos, d.n); });
+    LargestFirst(mapped, threads, BytesOf, [&](const Deferred& d) { file->Populate(d.pos, d.n); });
     return bytes;
   }
 
@@ -136,7 +136,7 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
   // threads; false if the file ended early (truncated since its records were listed).
   bool FillDeferred(int threads) {
     std::atomic<bool> complete{true};
-    LargestFirst(deferred_, threads, [&](const Deferred& d) {
+    LargestFirst(deferred_, threads, BytesOf, [&](const Deferred& d) {
       // Huge pages before the first write: a 1.3 GB Q8_0 archive's fresh 4 KiB pages cost
       // more to fault in than to copy (archive 0.73 -> 0.37-0.44 s), and the weights, read
       // in place by the native runtime, then stream through fewer TLB entries.
@@ -156,21 +156,7 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
     char* buf;
     size_t n;
   };
-
-  // fn(d) for each record, the largest first, on up to `threads` threads taking the next in turn.
-  template <typename Fn>
-  static void LargestFirst(std::vector<Deferred>& records, int threads, Fn&& fn) {
-    std::sort(records.begin(), records.end(), [](const Deferred& a, const Deferred& b) { return a.n > b.n; });
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < records.size(); i = next++) fn(records[i]);
-    };
-    std::vector<std::thread> helpers;
-    const int count = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(1, records.size())));
-    for (int t = 1; t < count; ++t) helpers.emplace_back(work);
-    work();
-    for (auto& helper : helpers) helper.join();
-  }
+  static size_t BytesOf(const Deferred& d) { return d.n; }
 
   size_t ReadAt(uint64_t pos, char* buf, size_t n) const {
     size_t done = 0;

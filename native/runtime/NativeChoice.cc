@@ -49,6 +49,11 @@ RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& ti
   return {true, std::string("native runtime: ") + figures};
 }
 
+std::string RememberedCheckNote(const CheckVerdict& verdict, const LoadCheckCache& cache) {
+  return "load-time check " + std::string(verdict.agrees ? "passed" : "failed") + " on " + verdict.checked +
+         " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+}
+
 double ToleranceFor(const RuntimeRequest& request) {
   const bool quantized = !request.fields.String("quantization", "").empty();
   return quantized ? kToleranceQuantized : request.dtype != at::kFloat ? kTolerance16 : kTolerance32;
@@ -110,8 +115,7 @@ bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, Runtim
                                       : DecideRuntime(kernels->name, RuntimeTimings{});
   choice.runtime = "native";
   choice.kernels = kernels->name;
-  choice.note = decision.reason + "; load-time check passed on " + verdict->checked +
-                " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+  choice.note = decision.reason + "; " + RememberedCheckNote(*verdict, cache);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/LoadCheckCache.h"
 #include "runtime/Runtime.h"
 
 namespace tsn {
@@ -60,6 +61,9 @@ class PhaseClock {
 // tolerances are compiled in), the kernel family and thread count the native forward ran on,
 // and config.json as the runtime reads it.
 std::string CheckKey(const RuntimeRequest& request, const std::string& family, const std::string& digest, double tolerance);
+
+// The runtime note's clause on a remembered verdict ("load-time check passed on <date> ...").
+std::string RememberedCheckNote(const CheckVerdict& verdict, const LoadCheckCache& cache);
 
 // A later load's way past the TorchScript module (OpenCheckpoint deferred it): where the
 // load-time check's verdict for this archive, build, kernel family and settings is remembered

@@ -366,8 +366,7 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       }
       std::unique_ptr<Stepper> native;
       if (verdict) {
-        checkNote = "load-time check " + std::string(verdict->agrees ? "passed" : "failed") + " on " + verdict->checked +
-                    " for this archive, build and kernel family (remembered in " + cache.file() + ")";
+        checkNote = RememberedCheckNote(*verdict, cache);
         // A verdict remembered before verdicts carried the cache shape gains it, so that the
         // next load can build the native runtime without the module (NativeFromArchive).
         if (verdict->cacheShape.empty()) {
