@@ -234,6 +234,7 @@ ArchiveIndex ReadArchiveIndex(const std::string& path) {
     Unpickler u(pickle);
     const Ref root = u.Load();
     if (u.at(root).kind != Kind::kObject) Fail("data.pkl holds no module object (a torch.save file, not torch.jit.save?)");
+    index.rootClass = u.at(root).s;
     Walker walker{u, index, {}, 0, 0};
     walker.Walk(root, "", 0);
 

@@ -37,7 +37,8 @@ struct ArchiveTensor {
 // a ModuleList's children are "0", "1", ...). Attributes of other kinds (None, lists, tuples,
 // dicts) are left out.
 struct ArchiveIndex {
-  std::string root;  // the zip's top folder ("archive", or the file's stem)
+  std::string root;       // the zip's top folder ("archive", or the file's stem)
+  std::string rootClass;  // the root module's class ("__torch__.torchserve_node.llama.LlamaLM")
   std::map<std::string, ArchiveTensor> tensors;
   std::map<std::string, int64_t> ints;
   std::map<std::string, double> floats;

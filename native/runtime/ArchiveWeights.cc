@@ -211,13 +211,11 @@ LoadedModel OpenCheckpoint(const std::string& path, const std::vector<std::strin
   }
   if (!loaded.extraFiles.count("config.json")) throw ArchiveError("no config.json");
   loaded.index = std::move(index);
-  if (mapWeights && !layoutDir.empty()) {
-    loaded.layoutDigest = ArchiveDigest(path);
-    if (!loaded.layoutDigest.empty()) {
-      loaded.layoutDir = layoutDir;
-      std::string why;
-      loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, FamilyForCap(kernelsCap).name, &why);
-    }
+  loaded.digest = ArchiveDigest(path);
+  if (mapWeights && !layoutDir.empty() && !loaded.digest.empty()) {
+    loaded.layoutDir = layoutDir;
+    std::string why;
+    loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.digest, FamilyForCap(kernelsCap).name, &why);
   }
   return loaded;
 }

@@ -232,15 +232,13 @@ LoadedModel LoadCheckpoint(const std::string& path, const std::string& deviceNam
       loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(reader, loaded.device, extra));
       size_t laidOut = 0;
       const KernelSet& family = FamilyForCap(kernelsCap);
-      if (!loaded.layoutDir.empty()) {
-        loaded.layoutDigest = ArchiveDigest(path);
-        if (loaded.layoutDigest.empty()) loaded.layoutDir.clear();
-      }
+      if (languageModel) loaded.digest = ArchiveDigest(path);
+      if (loaded.digest.empty()) loaded.layoutDir.clear();
       std::string noLayout;  // why there is none (the first load writes one, ModelCore::OwnWeights)
       // Only where the records can be mapped: read into memory, the rows cost the same whether
       // rewritten or replaced by the file's.
       if (file && !loaded.layoutDir.empty()) {
-        loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.layoutDigest, family.name, &noLayout);
+        loaded.layout = LayoutSource::Open(loaded.layoutDir, loaded.digest, family.name, &noLayout);
       }
       const DeferringReader::Layout layout = loaded.layout ? DeferringReader::Layout::kInFile
                                              : loaded.layoutDir.empty() ? DeferringReader::Layout::kNone
@@ -315,7 +313,6 @@ void LoadModule(LoadedModel& model) {
   model.weightsNote = std::move(full.weightsNote);
   // The module's records were mapped for the layout LoadCheckpoint found: that one serves.
   model.layout = std::move(full.layout);
-  model.layoutDigest = std::move(full.layoutDigest);
   model.layoutDir = std::move(full.layoutDir);
 }
 

@@ -38,10 +38,12 @@ struct LoadedModel {
   // The kernels' layout of the rows the family rewrites, from a layout file an earlier load
   // wrote (runtime/LayoutCache.h), where one was found for this archive, build and family; those
   // rows' records are then mapped, not read. `layoutDir`: where to look, and write one (none
-  // with mapping off, on a GPU, or where the archive's digest cannot be read); `layoutDigest`:
-  // the archive's (ArchiveDigest), taken as it was loaded.
+  // with mapping off, on a GPU, or where the archive's digest cannot be read).
   std::shared_ptr<LayoutSource> layout;
-  std::string layoutDir, layoutDigest;
+  std::string layoutDir;
+  // A language model's archive digest (ArchiveDigest), taken once as it was opened: the key of
+  // its layout file and of the load-time check's verdicts. Empty where it cannot be read.
+  std::string digest;
 };
 
 // The extra file a language model's export writes the load-time check's reference logits to

@@ -106,7 +106,7 @@ std::string ModelCore::OwnWeights(const std::string& family) {
   std::string note = stepper_->OwnWeights(&sink);
   if (sink.bytes() == 0) return note;
   std::string why;
-  std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.layoutDigest, loaded_.path, family, std::move(sink), &why);
+  std::unique_ptr<LayoutWriter> writer = LayoutWriter::Start(loaded_.layoutDir, loaded_.digest, loaded_.path, family, std::move(sink), &why);
   std::string layout;
   if (writer) {
     layout = "writing the " + family + " kernels' layout of those rows to " + writer->file() +

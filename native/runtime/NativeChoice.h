@@ -8,8 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/ArchiveIndex.h"
 #include "runtime/LoadCheckCache.h"
 #include "runtime/Runtime.h"
+#include "steppers/Stepper.h"
 
 namespace tsn {
 
@@ -65,13 +67,74 @@ std::string CheckKey(const RuntimeRequest& request, const std::string& family, c
 // The runtime note's clause on a remembered verdict ("load-time check passed on <date> ...").
 std::string RememberedCheckNote(const CheckVerdict& verdict, const LoadCheckCache& cache);
 
-// A later load's way past the TorchScript module (OpenCheckpoint deferred it): where the
-// load-time check's verdict for this archive, build, kernel family and settings is remembered
-// as agreeing, with the checkpoint's cache shape, and the native runtime serves untimed (every
-// family but the baseline, whose "auto" times both runtimes) or is asked for, the native
-// stepper is built from the archive's records (ArchiveWeights). False, with nothing built,
-// where any of that does not hold or the records cannot be taken as they lie: the module is
-// then loaded, and the choice made as on any load.
+// ---- The load-time check's probe, in plain C++: both builds run it ----
+
+// Prompt tokens for the load-time checks: [rows, length] ids spread over 0..199, row-major.
+std::vector<int64_t> ProbeTokens(int64_t rows, int64_t length);
+
+// The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
+// a decode step, in a cache of two rows: padding, positions and the cache written by the
+// prefill and read by the decode are all exercised. Row 0 prefills the first `first` tokens of
+// its ProbeTokens row and row 1 the first `second` of its own; each then decodes its row's next
+// token (a context of 2, the least an export allows, still holds a prefill and a decode).
+struct Probe {
+  explicit Probe(int64_t context);
+  int64_t first, second;
+  std::vector<int64_t> tokens;  // [2, first + 1]
+  int64_t token(int64_t row, int64_t t) const { return tokens[static_cast<size_t>(row * (first + 1) + t)]; }
+};
+
+// The logits of the probe's two steps (its prefill, then its decode), each [2, vocabulary]
+// float32, row-major.
+using ProbeSteps = std::vector<std::vector<float>>;
+
+// The candidate's logits of both steps, run as a server runs them: the prefill, then a decode
+// step reading the cache the prefill wrote.
+ProbeSteps ProbeLogits(Stepper& stepper, const Probe& probe);
+
+// The reference's logits of the same two steps from one step of four rows (each row's prefill,
+// and its prefill with the decoded token): a causal model's logits after a token do not depend
+// on how its prefix was fed, and one call passes over the weights once (a quantized
+// checkpoint's TorchScript forward dequantizes every weight on every call: two calls cost
+// twice the check).
+ProbeSteps ReferenceLogits(Stepper& stepper, const Probe& probe);
+
+// The reference logits a checkpoint carries from its export (export_gpt.py's
+// load_check_reference: the magic, int64 first, second, rows and vocabulary size, the probe's
+// int64 tokens, float32 logits [4, vocabulary], little-endian as this CPU), split as
+// ReferenceLogits splits its own. Empty where they are absent, malformed or for another probe
+// (another probe length or tokens, or another vocabulary than config.json's `vocab`).
+ProbeSteps StoredReference(const std::string& blob, const Probe& probe, int64_t vocab);
+
+// Largest logit difference of two probes, relative to the size of the reference's finite
+// logits. Infinite where their shapes differ, or where either holds a NaN or an infinity the
+// other does not (a NaN difference must not let any logits agree).
+double Disagreement(const ProbeSteps& reference, const ProbeSteps& candidate);
+
+// Remembers the verdict of a check that has just run (its time stamped), and gives the runtime
+// note's clause on it: "load-time check ran" (against the stored reference where `stored`),
+// and where the verdict was remembered, or why it could not be.
+std::string RememberCheck(CheckVerdict& verdict, const LoadCheckCache& cache, bool stored);
+
+// The checkpoint's cache_shape(1) as its module would give it, read from the archive's root
+// module attributes (ArchiveModule): empty where the root module is not the class of
+// `architecture`'s registered native stepper, or lacks one of the attributes.
+std::vector<int64_t> ArchiveCacheShape(const ArchiveIndex& index, const std::string& architecture);
+
+// A load's way past the TorchScript module (OpenCheckpoint deferred it), where the native
+// runtime serves untimed (every family but the baseline, whose "auto" times both runtimes) or
+// is asked for, on the CPU:
+// - a later load: where the load-time check's verdict for this archive, build, kernel family
+//   and settings is remembered as agreeing, with the checkpoint's cache shape, the native
+//   stepper is built from the archive's records (ArchiveWeights);
+// - a first load (no verdict remembered, or none can be): where the archive carries the
+//   check's reference logits from its export (StoredReference) and its cache shape can be read
+//   from its attributes (ArchiveCacheShape), the stepper is built from the records and checked
+//   against them as the module's load would check it, and the verdict is remembered.
+// False, with nothing built, where any of that does not hold, the check disagrees (its verdict
+// is remembered: the module's load then finds it, and the TorchScript runtime serves), or the
+// records cannot be taken as they lie: the module is then loaded, and the choice made as on any
+// load.
 bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, RuntimeChoice& choice, PhaseClock& clock);
 
 }  // namespace tsn

@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
-#include <tuple>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -27,11 +25,6 @@ namespace tsn {
 
 namespace {
 
-// Prompt tokens for the load-time checks: [rows, length] ids spread over 0..199.
-at::Tensor ProbeTokens(int64_t rows, int64_t length) {
-  return (at::arange(rows * length, at::kLong).view({rows, length}) * 37 + 11).remainder(200);
-}
-
 // One step of `stepper` on tensor inputs (idx [B,T], pos [B], lengths [B], int64 on the CPU);
 // its logits copied into a float32 CPU tensor.
 at::Tensor StepLogits(Stepper& stepper, const at::Tensor& idx, const at::Tensor& pos, const at::Tensor& lengths) {
@@ -41,88 +34,6 @@ at::Tensor StepLogits(Stepper& stepper, const at::Tensor& idx, const at::Tensor&
   std::copy_n(positions.data_ptr<int64_t>(), batch.slots, batch.positions.data());
   std::copy_n(counts.data_ptr<int64_t>(), batch.slots, batch.lengths.data());
   return LogitsTensor(*stepper.Step(batch));
-}
-
-// The load-time probe: two rows at different positions, a mixed prefill (4 and 2 tokens) then
-// a decode step, in a cache of two rows: padding, positions and the cache written by the
-// prefill and read by the decode are all exercised. Row 0 prefills the first `first` tokens of
-// its ProbeTokens row and row 1 the first `second` of its own; each then decodes its row's next
-// token (a context of 2, the least an export allows, still holds a prefill and a decode).
-struct Probe {
-  explicit Probe(int64_t context)
-      : first(std::max<int64_t>(1, std::min<int64_t>(4, context - 2))), second(std::max<int64_t>(1, first / 2)),
-        tokens(ProbeTokens(2, first + 1)) {}
-  int64_t first, second;
-  at::Tensor tokens;  // [2, first + 1]
-};
-
-// The candidate's logits of both steps (copied, float), run as a server runs them: the
-// prefill, then a decode step reading the cache the prefill wrote.
-std::vector<at::Tensor> ProbeLogits(Stepper& stepper, const Probe& probe) {
-  std::vector<at::Tensor> logits;
-  stepper.Begin(2);
-  const at::Tensor lengths = at::tensor(std::vector<int64_t>{probe.first, probe.second}, at::kLong);
-  logits.push_back(StepLogits(stepper, probe.tokens.narrow(1, 0, probe.first), at::zeros({2}, at::kLong), lengths));
-  const at::Tensor next = at::stack({probe.tokens[0][probe.first], probe.tokens[1][probe.second]}).view({2, 1});
-  logits.push_back(StepLogits(stepper, next, lengths, at::ones({2}, at::kLong)));
-  stepper.End();
-  return logits;
-}
-
-// The reference's logits of the same two steps from one forward call of four rows (each
-// row's prefill, and its prefill with the decoded token): a causal model's logits after a
-// token do not depend on how its prefix was fed, and one call passes over the weights once
-// (a quantized checkpoint's forward dequantizes every weight on every call: two calls cost
-// twice the check).
-std::vector<at::Tensor> ReferenceLogits(Stepper& stepper, const Probe& probe) {
-  stepper.Begin(4);
-  const at::Tensor lengths =
-      at::tensor(std::vector<int64_t>{probe.first, probe.second, probe.first + 1, probe.second + 1}, at::kLong);
-  const at::Tensor all = StepLogits(stepper, at::cat({probe.tokens, probe.tokens}), at::zeros({4}, at::kLong), lengths);
-  stepper.End();
-  return {all.narrow(0, 0, 2).clone(), all.narrow(0, 2, 2).clone()};
-}
-
-// The reference logits a checkpoint carries from its export (export_gpt.py's
-// load_check_reference: the magic, int64 first, second, rows and vocabulary size, the probe's
-// int64 tokens, float32 logits [4, vocabulary], little-endian as this CPU), split as
-// ReferenceLogits splits its own. Empty where they are absent, malformed or for another probe
-// (another probe length or tokens, or another vocabulary than config.json's): then the
-// checkpoint's forward runs for them.
-std::vector<at::Tensor> StoredReference(const std::string& blob, const Probe& probe, int64_t vocab) {
-  static constexpr char kMagic[8] = {'T', 'S', 'N', 'L', 'C', 'H', 'K', '1'};
-  int64_t header[4] = {0, 0, 0, 0};
-  constexpr size_t kHead = sizeof kMagic + sizeof header;
-  if (blob.size() < kHead || std::memcmp(blob.data(), kMagic, sizeof kMagic) != 0) return {};
-  std::memcpy(header, blob.data() + sizeof kMagic, sizeof header);
-  const auto [first, second, rows, width] = std::tuple(header[0], header[1], header[2], header[3]);
-  if (first != probe.first || second != probe.second || rows != 4 || width != vocab || width <= 0) return {};
-  const size_t tokenBytes = static_cast<size_t>(probe.tokens.numel()) * sizeof(int64_t);
-  if (blob.size() != kHead + tokenBytes + static_cast<size_t>(rows * width) * sizeof(float)) return {};
-  at::Tensor tokens = at::empty(probe.tokens.sizes(), at::kLong);
-  std::memcpy(tokens.data_ptr(), blob.data() + kHead, tokenBytes);
-  if (!at::equal(tokens, probe.tokens)) return {};
-  at::Tensor logits = at::empty({rows, width}, at::kFloat);
-  std::memcpy(logits.data_ptr(), blob.data() + kHead + tokenBytes, static_cast<size_t>(logits.nbytes()));
-  return {logits.narrow(0, 0, 2).clone(), logits.narrow(0, 2, 2).clone()};
-}
-
-// Largest logit difference of two probes, relative to the size of the reference's finite
-// logits. Infinite where their shapes differ, or where either holds a NaN or an infinity the
-// other does not (std::max passes over a NaN, so a NaN difference once let any logits agree).
-double Disagreement(const std::vector<at::Tensor>& reference, const std::vector<at::Tensor>& candidate) {
-  double worst = 0;
-  for (size_t step = 0; step < reference.size(); ++step) {
-    const at::Tensor& a = reference[step];
-    if (step >= candidate.size() || !a.sizes().equals(candidate[step].sizes())) return HUGE_VAL;
-    const at::Tensor& b = candidate[step];
-    const at::Tensor finite = a.isfinite();
-    const double scale = std::max(1.0, finite.any().item<bool>() ? a.masked_select(finite).abs().max().item<double>() : 0.0);
-    const double difference = at::where(a == b, at::zeros_like(a), (a - b).abs()).max().item<double>();
-    if (!std::isfinite(difference)) return HUGE_VAL;
-    worst = std::max(worst, difference / scale);
-  }
-  return worst;
 }
 
 // The TorchScript runtime's settings a timing of it holds for, as one word for the remembered
@@ -156,7 +67,7 @@ WorkloadTime TimeWorkload(Stepper& stepper, int untimed, double untimedBudget = 
     const auto start = std::chrono::steady_clock::now();
     const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     stepper.Begin(kRows);
-    at::Tensor idx = ProbeTokens(kRows, kPrompt);
+    at::Tensor idx = at::tensor(ProbeTokens(kRows, kPrompt), at::kLong).view({kRows, kPrompt});
     at::Tensor pos = at::zeros({kRows}, at::kLong);
     at::Tensor lengths = at::full({kRows}, kPrompt, at::kLong);
     bool stopped = false;
@@ -276,7 +187,7 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
   // and narrowed back after it (exactly), so a float32 copy of the module is never held
   // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
   const Probe probe(context);
-  std::vector<at::Tensor> expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
+  ProbeSteps expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
   stored = !expected.empty();
   if (stored) {
     clock.Lap("stored reference");
@@ -347,9 +258,8 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       const int64_t context = cacheShape.at(4);
       const bool quantized = !request.fields.String("quantization", "").empty();
       const double tolerance = ToleranceFor(request);
-      const std::string digest = request.checkCacheDir.empty() ? "" : ArchiveDigest(model.path);
-      const LoadCheckCache cache(digest.empty() ? "" : request.checkCacheDir,
-                                 CheckKey(request, kernels.name, digest, tolerance));
+      const LoadCheckCache cache(model.digest.empty() ? "" : request.checkCacheDir,
+                                 CheckKey(request, kernels.name, model.digest, tolerance));
       std::optional<CheckVerdict> verdict = request.forceCheck ? std::nullopt : cache.Find();
       // Where "auto" times the runtimes (NeedsTiming), the timing is remembered with the
       // verdict, for the TorchScript runtime's settings it ran with; a remembered verdict
@@ -386,16 +296,7 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
         verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock, stored);
         verdict->agrees = verdict->disagreement <= tolerance;
         verdict->cacheShape = cacheShape;
-        const std::string ran =
-            std::string("load-time check ran") + (stored ? " (against the reference logits stored at export)" : "");
-        std::string error;
-        if (cache.Remember(*verdict, error)) {
-          checkNote = ran + ", verdict remembered in " + cache.file();
-        } else if (!error.empty()) {
-          checkNote = ran + "; its verdict could not be remembered: " + error;
-        } else {
-          checkNote = ran;
-        }
+        checkNote = RememberCheck(*verdict, cache, stored);
         if (!verdict->agrees) native.reset();  // the TorchScript runtime serves: its weights go first
       }
       if (verdict->agrees) {

@@ -134,8 +134,8 @@ void GptStepper::Layers(int member, int rows) {
 }
 
 // The native stepper of config.json "architecture": "gpt".
-const NativeRegistration kGptRegistration("gpt", [](const NativeContext& context) -> std::unique_ptr<Stepper> {
-  return std::make_unique<GptStepper>(context);
-});
+const NativeRegistration kGptRegistration(
+    "gpt", [](const NativeContext& context) -> std::unique_ptr<Stepper> { return std::make_unique<GptStepper>(context); },
+    ArchiveModule{"__torch__.torchserve_node.gpt.GPT", "n_head"});
 
 }  // namespace tsn

@@ -195,8 +195,8 @@ void LlamaStepper::Layers(int member, int rows) {
 }
 
 // The native stepper of config.json "architecture": "llama".
-const NativeRegistration kLlamaRegistration("llama", [](const NativeContext& context) -> std::unique_ptr<Stepper> {
-  return std::make_unique<LlamaStepper>(context);
-});
+const NativeRegistration kLlamaRegistration(
+    "llama", [](const NativeContext& context) -> std::unique_ptr<Stepper> { return std::make_unique<LlamaStepper>(context); },
+    ArchiveModule{"__torch__.torchserve_node.llama.LlamaLM", "n_kv_head"});
 
 }  // namespace tsn

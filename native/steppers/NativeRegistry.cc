@@ -8,20 +8,30 @@ namespace {
 
 // Built on first use, so registrations from other translation units' static initialisers
 // find it whatever order those run in; written only during static initialisation, read after.
-std::map<std::string, NativeFactory>& Registry() {
-  static std::map<std::string, NativeFactory> registry;
+struct Entry {
+  NativeFactory factory;
+  ArchiveModule module;
+};
+
+std::map<std::string, Entry>& Registry() {
+  static std::map<std::string, Entry> registry;
   return registry;
 }
 
 }  // namespace
 
-NativeRegistration::NativeRegistration(const char* architecture, NativeFactory factory) {
-  Registry()[architecture] = factory;
+NativeRegistration::NativeRegistration(const char* architecture, NativeFactory factory, ArchiveModule module) {
+  Registry()[architecture] = {factory, module};
 }
 
 NativeFactory FindNativeStepper(const std::string& architecture) {
   const auto found = Registry().find(architecture);
-  return found == Registry().end() ? nullptr : found->second;
+  return found == Registry().end() ? nullptr : found->second.factory;
+}
+
+const ArchiveModule* FindArchiveModule(const std::string& architecture) {
+  const auto found = Registry().find(architecture);
+  return found == Registry().end() ? nullptr : &found->second.module;
 }
 
 std::vector<std::string> NativeArchitectures() {

@@ -5,7 +5,7 @@
 import { EventEmitter, on } from "node:events";
 import { availableParallelism } from "node:os";
 
-import { readArchiveExtraFiles } from "../checkpoint/archiveFiles.js";
+import { readArchiveEntryNames, readArchiveExtraFiles } from "../checkpoint/archiveFiles.js";
 import { rejectForeignCheckpoint } from "../checkpoint/foreignFormats.js";
 import { readAhead, verifyChecksum } from "../checkpoint/verify.js";
 import { asServingError, ServingError } from "../errors.js";
@@ -39,7 +39,15 @@ import { optionalSettings } from "./sampling.js";
 import { type ModelConfig, parseModelConfig } from "./config.js";
 import { ByteTokenizer, HuggingFaceTokenizer, type Tokenizer } from "./tokenizer.js";
 
-/** The archive's extra files the engine reads: the model's config and its tokenizer's. */
+/**
+ * Whether the archive carries the load-time check's reference logits from its export
+ * (extra/load_check.bin): a first load of it then needs no libtorch. A guess only, for what to
+ * load ahead: the addon decides.
+ */
+function carriesReferenceLogits(path: string): boolean {
+  return readArchiveEntryNames(path)?.some((name) => name.endsWith("/extra/load_check.bin")) ?? false;
+}
+
 /** Whether `promise` is still pending once the current macrotask's settled promises have run. */
 function unsettled(promise: Promise<unknown>): Promise<boolean> {
   return new Promise((resolve) => {
@@ -58,6 +66,7 @@ interface EarlyTokenizer {
   tokenizer: Tokenizer;
 }
 
+/** The archive's extra files the engine reads: the model's config and its tokenizer's. */
 const TOKENIZER_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
 export interface TorchEngineOptions {
@@ -226,16 +235,21 @@ export class TorchEngine implements TextGenerationEngine {
     let early: { value: EarlyTokenizer | undefined } | undefined;
     const earlyTokenizer = () => (early ??= { value: TorchEngine.earlyTokenizer(path) }).value;
     const clock = { mark, phases, started };
-    // A checkpoint the load-time check has passed on (its verdict remembered) is served by the
-    // addon built without libtorch, which loads in milliseconds where libtorch takes 0.45-0.7 s:
+    // The addon built without libtorch, which loads in milliseconds where libtorch takes
+    // 0.45-0.7 s, serves a checkpoint the load-time check has passed on (its verdict remembered),
+    // or one whose export stored the check's reference logits (the check then runs against them):
     // it builds the native runtime from the archive's records. Where it cannot, the libtorch
     // addon loads the checkpoint as it always has.
     const withoutLibtorch = TorchEngine.mayServeWithoutLibtorch(options) ? loadNativeAddon() : undefined;
     if (withoutLibtorch) {
       // A hash under way means a file whose match is not remembered: one not loaded before (or
-      // changed), which has no verdict either. libtorch, which that load needs, then loads beside
-      // the hash, as it did before there was an addon without it.
-      if (await unsettled(checked)) void preloadAddon();
+      // changed), which has no verdict either. Without stored reference logits that load needs
+      // libtorch, which then loads beside the hash, as it did before there was an addon without it.
+      // The tokenizer is built meanwhile: this thread only waits for the hash.
+      if (await unsettled(checked)) {
+        if (!carriesReferenceLogits(path)) void preloadAddon();
+        earlyTokenizer();
+      }
       await checked;
       mark("checksum and addon");
       const engine = await TorchEngine.open(withoutLibtorch, path, options, earlyTokenizer, clock);
@@ -253,17 +267,12 @@ export class TorchEngine implements TextGenerationEngine {
   }
 
   /**
-   * Whether the addon built without libtorch may serve this load: the native runtime on the CPU
-   * with remembered verdicts of the load-time check (its own configure then says whether one
-   * lets it, ERR_NEEDS_LIBTORCH where none does).
+   * Whether the addon built without libtorch may serve this load: the native runtime on the CPU,
+   * the load-time check not forced (its own configure then says whether a remembered verdict or
+   * stored reference logits let it, ERR_NEEDS_LIBTORCH where neither does).
    */
   private static mayServeWithoutLibtorch(options: TorchEngineOptions): boolean {
-    return (
-      (options.device ?? "cpu") === "cpu" &&
-      options.runtime !== "torchscript" &&
-      options.loadCheck !== "always" &&
-      options.loadCheckCache !== undefined
-    );
+    return (options.device ?? "cpu") === "cpu" && options.runtime !== "torchscript" && options.loadCheck !== "always";
   }
 
   /**

@@ -39,6 +39,7 @@ interface Scalars {
 /** The harness's output. */
 interface Index extends Scalars {
   root: string;
+  rootClass: string;
   tensors: Record<string, IndexTensor>;
   extra: Record<string, { offset: number; size: number; crc?: number }>;
 }
@@ -53,6 +54,7 @@ interface Records {
 
 /** torch.jit.load's view of a checkpoint. */
 interface TorchView extends Scalars {
+  root_class: string;
   tensors: Record<string, { dtype: string; shape: number[]; strides: number[]; offset: number; crc: number; storage: number | null }>;
   parameters: string[];
   buffers: string[];
@@ -124,6 +126,7 @@ function expectSameAsTorch(index: Index, torch: TorchView, label: string): void 
     expect(index[kind], `${label}: ${kind}`).to.deep.equal(torch[kind]);
   }
   expect(index.root, label).to.equal(torch.records.root);
+  expect(index.rootClass, `${label}: the root module's class`).to.equal(torch.root_class);
   expect(Object.keys(index.extra).sort(), `${label}: extra files`).to.deep.equal(Object.keys(torch.extra).sort());
   for (const [name, { size, crc }] of Object.entries(torch.extra)) {
     const mine = index.extra[name]!;

@@ -48,7 +48,8 @@ def view(path: str) -> dict:
         names = extra_names(z, root_of(z))
     extra = {name: "" for name in names}
     module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
-    out = dict(tensors={}, ints={}, floats={}, bools={}, strings={}, other=[], extra={},
+    out = dict(root_class=module._c._type().qualified_name(),
+               tensors={}, ints={}, floats={}, bools={}, strings={}, other=[], extra={},
                parameters=[n for n, _ in module.named_parameters()], buffers=[n for n, _ in module.named_buffers()])
     # Every attribute of every submodule, by dotted path, shared ones under each of their names.
     for name, value in torch._C._jit_debug_module_iterators(module._c)["named_attributes_r"]:

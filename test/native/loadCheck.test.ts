@@ -19,6 +19,7 @@ import type { RawLanguageModelSettings, RawRuntimeChoice } from "../../src/nativ
 import { repoRoot } from "../helpers/fixtures.js";
 import { nativeFixtureSet } from "../helpers/nativeSet.js";
 import { rejection } from "../helpers/rejection.js";
+import { resavedWithReference } from "../helpers/storedReference.js";
 
 const addon = loadAddon();
 const prompt = Int32Array.from([3, 17, 42, 5, 9]);
@@ -237,28 +238,7 @@ torch.jit.save(module, sys.argv[2], _extra_files={"config.json": bytes(files["co
   });
 
   /** `checkpoint` saved again by Python with its load-time reference logits replaced by `edit`'s (None: dropped). */
-  function resaved(name: string, edit: string): string {
-    const out = join(dir, name);
-    const code = `
-import sys, numpy, torch
-files = {"config.json": "", "load_check.bin": ""}
-module = torch.jit.load(sys.argv[1], _extra_files=files)
-blob = bytes(files["load_check.bin"])
-head = numpy.frombuffer(blob[8:40], dtype="<i8")
-first, vocab = int(head[0]), int(head[3])
-split = 40 + 2 * (first + 1) * 8
-tokens = numpy.frombuffer(blob[40:split], dtype="<i8").copy()
-logits = numpy.frombuffer(blob[split:], dtype="<f4").copy().reshape(4, vocab)
-${edit}
-keep = {"config.json": bytes(files["config.json"])}
-if blob is not None:
-    keep["load_check.bin"] = blob
-torch.jit.save(module, sys.argv[2], _extra_files=keep)
-`;
-    const made = spawnSync("/usr/bin/python3", ["-c", code, checkpoint, out], { encoding: "utf8" });
-    expect(made.status, made.stderr).to.equal(0);
-    return out;
-  }
+  const resaved = (name: string, edit: string): string => resavedWithReference(checkpoint, join(dir, name), edit);
 
   it("takes the reference logits the export stored, and checks against the forward where they are absent or another probe's", async () => {
     const stored = await load(checkpoint, { runtime: "native" });

@@ -91,7 +91,7 @@ std::string Float(double v) {
 
 void Print(const std::string& path, const tsn::ArchiveIndex& index, bool withData) {
   std::map<std::string, std::string> records;  // key -> bytes
-  std::printf("{\"root\":%s,\n\"tensors\":{", Json(index.root).c_str());
+  std::printf("{\"root\":%s,\"rootClass\":%s,\n\"tensors\":{", Json(index.root).c_str(), Json(index.rootClass).c_str());
   const char* sep = "\n";
   for (const auto& [name, t] : index.tensors) {
     std::printf("%s%s:{\"dtype\":%s,\"shape\":%s,\"strides\":%s,\"offset\":%lld,\"key\":%s,\"fileOffset\":%llu,\"storageBytes\":%llu",
