@@ -53,6 +53,51 @@ RuntimeVerdict DecideRuntime(const std::string& family, const RuntimeTimings& ti
   return {true, std::string("native runtime: ") + figures};
 }
 
+std::string ScriptSettings(const RuntimeRequest& request) {
+  std::string words = "compute=" + request.scriptCompute + ",dequantize=" + request.scriptDequantize +
+                      ",optimize=" + request.scriptOptimize;
+  for (char& c : words) {
+    if (c == ' ' || c == '\n' || c == '\t') c = '_';
+  }
+  return words;
+}
+
+bool ScriptWidens(bool cpu, const RuntimeRequest& request) {
+  if (request.dtype == at::kFloat || !cpu) return false;
+  if (request.scriptCompute == "float32") return true;
+  return request.scriptCompute == "auto" && (request.dtype == at::kHalf || !FastBf16Matmul());
+}
+
+bool ScriptDequantizesEveryCall(bool cpu, const RuntimeRequest& request) {
+  return request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && cpu);
+}
+
+std::string UntimedScript(bool cpu, const RuntimeRequest& request) {
+  const bool quantized = !request.fields.String("quantization", "").empty();
+  if (quantized && ScriptDequantizesEveryCall(cpu, request)) {
+    return "the TorchScript forward of a quantized checkpoint dequantizes every weight on every call on the CPU "
+           "(SERVICE_TORCHSCRIPT_DEQUANTIZE=once has it timed)";
+  }
+  if (ScriptWidens(cpu, request)) {
+    return "the TorchScript forward would compute this 16-bit checkpoint in float32 on this CPU, holding a float32 "
+           "copy of its weights (SERVICE_TORCHSCRIPT_COMPUTE=checkpoint has it timed)";
+  }
+  return "";
+}
+
+std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request, bool cpu,
+                                              const std::optional<CheckVerdict>& verdict) {
+  if (request.runtime == "native") return RuntimeVerdict{true, "native runtime, " + family + " kernels: asked for"};
+  if (!NeedsTiming(family)) return DecideRuntime(family, RuntimeTimings{});
+  const std::string untimed = UntimedScript(cpu, request);
+  if (!untimed.empty()) return RuntimeVerdict{true, "native runtime, " + family + " kernels: not timed, as " + untimed};
+  if (!verdict || !verdict->timing || verdict->timing->settings != ScriptSettings(request)) return std::nullopt;
+  RuntimeVerdict decision = DecideRuntime(
+      family, RuntimeTimings{verdict->timing->native, verdict->timing->script, verdict->timing->scriptStopped});
+  decision.reason += " (timed at an earlier load, remembered with the verdict)";
+  return decision;
+}
+
 std::string RememberedCheckNote(const CheckVerdict& verdict, const LoadCheckCache& cache) {
   return "load-time check " + std::string(verdict.agrees ? "passed" : "failed") + " on " + verdict.checked +
          " for this archive, build and kernel family (remembered in " + cache.file() + ")";
@@ -249,11 +294,14 @@ bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, Runtim
   } catch (const std::exception&) {
     return false;  // the choice below reports it
   }
-  if (request.runtime == "auto" && NeedsTiming(kernels->name)) return false;
   const double tolerance = ToleranceFor(request);
   const LoadCheckCache cache(request.checkCacheDir.empty() || model.digest.empty() ? "" : request.checkCacheDir,
                              CheckKey(request, kernels->name, model.digest, tolerance));
   std::optional<CheckVerdict> verdict = cache.Find();
+  // Where "auto" must time the runtimes (the baseline family; its TorchScript run needs the
+  // module), or a remembered timing chose TorchScript, the module is loaded.
+  const std::optional<RuntimeVerdict> decision = DecisionUntimed(kernels->name, request, true, verdict);
+  if (!decision || !decision->native) return false;
   std::string checkNote;
   try {
     if (verdict) {
@@ -289,12 +337,9 @@ bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, Runtim
     model.weightsNote.clear();
     return false;
   }
-  const RuntimeVerdict decision = request.runtime == "native"
-                                      ? RuntimeVerdict{true, "native runtime, " + std::string(kernels->name) + " kernels: asked for"}
-                                      : DecideRuntime(kernels->name, RuntimeTimings{});
   choice.runtime = "native";
   choice.kernels = kernels->name;
-  choice.note = decision.reason + "; " + checkNote;
+  choice.note = decision->reason + "; " + checkNote;
   return true;
 }
 

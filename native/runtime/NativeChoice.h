@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,38 @@ inline constexpr double kToleranceQuantized = 0.15;
 
 // The largest relative logit difference the check accepts for this checkpoint.
 double ToleranceFor(const RuntimeRequest& request);
+
+// The TorchScript runtime's settings a timing of it holds for, as one word for the remembered
+// verdict (LoadCheckCache's timing line).
+std::string ScriptSettings(const RuntimeRequest& request);
+
+// Whether the TorchScript runtime computes this checkpoint in float32: a 16-bit checkpoint on
+// a CPU without fast 16-bit matmuls does (float16 has no CPU matmul kernels in torch 1.13 at
+// all), unless SERVICE_TORCHSCRIPT_COMPUTE asks otherwise.
+bool ScriptWidens(bool cpu, const RuntimeRequest& request);
+
+// Whether the TorchScript runtime dequantizes a quantized checkpoint's weights on every call
+// (SERVICE_TORCHSCRIPT_DEQUANTIZE; "auto": on the CPU).
+bool ScriptDequantizesEveryCall(bool cpu, const RuntimeRequest& request);
+
+// Why the baseline family's timing leaves the TorchScript forward out (empty where it times
+// it). That forward of a quantized checkpoint dequantizes every weight on every call on the
+// CPU: on a 1B Q8_0 model it decoded 2.5x (8 rows) to 11x (1 row) slower than the family's
+// SSE2 integer products, even with libtorch's AVX-512 matmuls, and prefilled within 1.1x of
+// them, and timing the two took a minute of the first load. A 16-bit checkpoint it computes
+// in float32 costs a float32 copy of the weights, twice their size: a second copy the native
+// runtime does not hold; on a 1B bf16 model it also decoded 1.6x (8 rows) to 4.7x (1 row)
+// slower, with OpenBLAS held to its SSE kernels (OPENBLAS_CORETYPE=Nehalem), and prefilled
+// 1.05x slower.
+std::string UntimedScript(bool cpu, const RuntimeRequest& request);
+
+// The choice between the runtimes, for a checkpoint the native runtime agrees with, where it
+// needs no timing run now: the native runtime asked for ("native"), a family "auto" does not
+// time (DecideRuntime's rule), the TorchScript forward left out of the timing (UntimedScript),
+// or a timing remembered with `verdict` for these TorchScript settings (which may choose
+// TorchScript). None where "auto" must time the runtimes.
+std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request, bool cpu,
+                                              const std::optional<CheckVerdict>& verdict);
 
 // How long the TorchScript forward's timed run may take and still be chosen: the margin
 // (kScriptMargin) under the native runtime's time.
@@ -121,9 +154,10 @@ std::string RememberCheck(CheckVerdict& verdict, const LoadCheckCache& cache, bo
 // `architecture`'s registered native stepper, or lacks one of the attributes.
 std::vector<int64_t> ArchiveCacheShape(const ArchiveIndex& index, const std::string& architecture);
 
-// A load's way past the TorchScript module (OpenCheckpoint deferred it), where the native
-// runtime serves untimed (every family but the baseline, whose "auto" times both runtimes) or
-// is asked for, on the CPU:
+// A load's way past the TorchScript module (OpenCheckpoint deferred it), on the CPU, where the
+// native runtime is asked for or "auto" chooses it with no timing run now (DecisionUntimed: every
+// family but the baseline; there, a TorchScript forward left out of the timing, or a timing
+// remembered that chose native):
 // - a later load: where the load-time check's verdict for this archive, build, kernel family
 //   and settings is remembered as agreeing, with the checkpoint's cache shape, the native
 //   stepper is built from the archive's records (ArchiveWeights);

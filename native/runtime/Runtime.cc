@@ -36,17 +36,6 @@ at::Tensor StepLogits(Stepper& stepper, const at::Tensor& idx, const at::Tensor&
   return LogitsTensor(*stepper.Step(batch));
 }
 
-// The TorchScript runtime's settings a timing of it holds for, as one word for the remembered
-// verdict (LoadCheckCache's timing line).
-std::string ScriptSettings(const RuntimeRequest& request) {
-  std::string words = "compute=" + request.scriptCompute + ",dequantize=" + request.scriptDequantize +
-                      ",optimize=" + request.scriptOptimize;
-  for (char& c : words) {
-    if (c == ' ' || c == '\n' || c == '\t') c = '_';
-  }
-  return words;
-}
-
 // Seconds of a short serving-shaped workload on `stepper`: 8 rows prefill 16 tokens each in
 // one step, then decode 8 steps together; after `untimed` runs of it (TorchScript's profiling
 // executor optimises its forward over the first calls; the native runtime's first run touches
@@ -92,40 +81,6 @@ WorkloadTime TimeWorkload(Stepper& stepper, int untimed, double untimedBudget = 
   return time;
 }
 
-// Whether the TorchScript runtime computes this checkpoint in float32: a 16-bit checkpoint on
-// a CPU without fast 16-bit matmuls does (float16 has no CPU matmul kernels in torch 1.13 at
-// all), unless SERVICE_TORCHSCRIPT_COMPUTE asks otherwise.
-bool ScriptWidens(const LoadedModel& model, const RuntimeRequest& request) {
-  if (request.dtype == at::kFloat || !model.device.is_cpu()) return false;
-  if (request.scriptCompute == "float32") return true;
-  return request.scriptCompute == "auto" && (request.dtype == at::kHalf || !FastBf16Matmul());
-}
-
-bool ScriptDequantizesEveryCall(const LoadedModel& model, const RuntimeRequest& request) {
-  return request.scriptDequantize == "every-call" || (request.scriptDequantize == "auto" && model.device.is_cpu());
-}
-
-// Why the baseline family's timing leaves the TorchScript forward out (empty where it times
-// it). That forward of a quantized checkpoint dequantizes every weight on every call on the
-// CPU: on a 1B Q8_0 model it decoded 2.5x (8 rows) to 11x (1 row) slower than the family's
-// SSE2 integer products, even with libtorch's AVX-512 matmuls, and prefilled within 1.1x of
-// them, and timing the two took a minute of the first load. A 16-bit checkpoint it computes
-// in float32 costs a float32 copy of the weights, twice their size: a second copy the native
-// runtime does not hold; on a 1B bf16 model it also decoded 1.6x (8 rows) to 4.7x (1 row)
-// slower, with OpenBLAS held to its SSE kernels (OPENBLAS_CORETYPE=Nehalem), and prefilled
-// 1.05x slower.
-std::string UntimedScript(const LoadedModel& model, const RuntimeRequest& request, bool quantized) {
-  if (quantized && ScriptDequantizesEveryCall(model, request)) {
-    return "the TorchScript forward of a quantized checkpoint dequantizes every weight on every call on the CPU "
-           "(SERVICE_TORCHSCRIPT_DEQUANTIZE=once has it timed)";
-  }
-  if (ScriptWidens(model, request)) {
-    return "the TorchScript forward would compute this 16-bit checkpoint in float32 on this CPU, holding a float32 "
-           "copy of its weights (SERVICE_TORCHSCRIPT_COMPUTE=checkpoint has it timed)";
-  }
-  return "";
-}
-
 std::shared_ptr<torch::jit::Module> FloatCopy(const LoadedModel& model) {
   auto copy = std::make_shared<torch::jit::Module>(model.module->clone());
   copy->to(at::kFloat);
@@ -140,7 +95,7 @@ void AddNote(std::string& note, const std::string& text) { note += (note.empty()
 // checkpoint has no quantized module: nothing to do). Off the CPU nothing else reads the
 // quantized rows, so they are released.
 void DequantizeForScript(const LoadedModel& model, const RuntimeRequest& request, std::string& note) {
-  if (ScriptDequantizesEveryCall(model, request)) return;
+  if (ScriptDequantizesEveryCall(model.device.is_cpu(), request)) return;
   const Dequantized done = DequantizeOnce(*model.module, !model.device.is_cpu());
   if (done.modules > 0) {
     char text[160];
@@ -165,7 +120,7 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
     optimize = request.scriptOptimize == "on";
     AddNote(note, std::string("torch's graph optimiser ") + (*optimize ? "on" : "off") + " (SERVICE_TORCHSCRIPT_OPTIMIZE)");
   }
-  if (!ScriptWidens(model, request)) {
+  if (!ScriptWidens(model.device.is_cpu(), request)) {
     return std::make_unique<ScriptStepper>(model.module, model.device, request.dtype, request.kvBudgetBytes, optimize);
   }
   AddNote(note, std::string("it computes the ") + c10::toString(request.dtype) + " checkpoint in float32" +
@@ -256,7 +211,6 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       const KernelSet& kernels = SelectKernels(request.kernels);
       const std::vector<int64_t> cacheShape = model.module->run_method("cache_shape", int64_t{1}).toIntVector();
       const int64_t context = cacheShape.at(4);
-      const bool quantized = !request.fields.String("quantization", "").empty();
       const double tolerance = ToleranceFor(request);
       const LoadCheckCache cache(model.digest.empty() ? "" : request.checkCacheDir,
                                  CheckKey(request, kernels.name, model.digest, tolerance));
@@ -265,15 +219,9 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       // verdict, for the TorchScript runtime's settings it ran with; a remembered verdict
       // without one (or with other settings) is timed again and remembered with it.
       // Where the TorchScript forward would hold the weights twice over or dequantize them on
-      // every call, it is not timed (UntimedScript): native serves.
-      const std::string untimed = UntimedScript(model, request, quantized);
-      const bool timed = request.runtime == "auto" && NeedsTiming(kernels.name) && untimed.empty();
-      const std::string scriptSettings = ScriptSettings(request);
-      std::optional<RuntimeVerdict> rememberedDecision;
-      if (timed && verdict && verdict->timing && verdict->timing->settings == scriptSettings) {
-        rememberedDecision = DecideRuntime(
-            kernels.name, RuntimeTimings{verdict->timing->native, verdict->timing->script, verdict->timing->scriptStopped});
-      }
+      // every call, it is not timed (UntimedScript): native serves. DecisionUntimed gives the
+      // choice wherever no timing is to run.
+      const std::optional<RuntimeVerdict> rememberedDecision = DecisionUntimed(kernels.name, request, true, verdict);
       std::unique_ptr<Stepper> native;
       if (verdict) {
         checkNote = RememberedCheckNote(*verdict, cache);
@@ -301,16 +249,10 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       }
       if (verdict->agrees) {
         RuntimeVerdict decision;
-        if (request.runtime == "native") {
-          decision.reason = "native runtime, " + std::string(kernels.name) + " kernels: asked for";
-        } else if (!timed && NeedsTiming(kernels.name)) {
-          decision = {true, "native runtime, " + std::string(kernels.name) + " kernels: not timed, as " + untimed};
-        } else if (!timed) {
-          decision = DecideRuntime(kernels.name, RuntimeTimings{});
-        } else if (rememberedDecision) {
-          decision = *rememberedDecision;
-          decision.reason += " (timed at an earlier load, remembered with the verdict)";
-          if (!decision.native) {
+        const std::optional<RuntimeVerdict> untimed = DecisionUntimed(kernels.name, request, true, verdict);
+        if (untimed) {
+          decision = *untimed;
+          if (!decision.native) {  // a remembered timing that chose TorchScript
             std::string note;
             choice.stepper = MakeScriptStepper(model, request, note);
             choice.runtime = "torchscript";
@@ -335,7 +277,7 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
           timings.scriptStopped = script.stopped;
           clock.Lap("timing");
           decision = DecideRuntime(kernels.name, timings);
-          verdict->timing = CheckTiming{scriptSettings, timings.native, timings.script, timings.scriptStopped};
+          verdict->timing = CheckTiming{ScriptSettings(request), timings.native, timings.script, timings.scriptStopped};
           std::string error;
           if (!cache.Remember(*verdict, error) && !error.empty()) {
             decision.reason += " (the timing could not be remembered: " + error + ")";

@@ -230,6 +230,32 @@ describe("loads without the TorchScript module", function () {
     expect(again.tokens).to.deep.equal(first.tokens);
   });
 
+  it("on the baseline family: untimed loads go without the module; a timed one loads it, and its later loads go by the timing", async () => {
+    const set = Object.entries(nativeFixtureSet());
+    const [qName, quantized] = set.find(([, r]) => r.architecture === "llama" && r.quantization === "q8_0")!;
+    const qCache = join(dir, "verdicts-baseline-quantized");
+    for (const note of [/load-time check ran \(against the reference/, /load-time check passed on/]) {
+      // The TorchScript forward of a quantized checkpoint dequantizes on every call: never timed.
+      const served = await serve(quantized.file, qName, { runtime: "auto", kernels: "baseline", loadCheckCache: qCache });
+      expect(served.choice.runtime).to.equal("native");
+      expect(served.choice.note).to.match(/baseline kernels: not timed, as the TorchScript forward of a quantized/);
+      expect(served.choice.note).to.match(note).and.match(WITHOUT_MODULE);
+    }
+    const [fName, float] = set.find(([, r]) => r.architecture === "llama" && r.dtype === "float32" && !r.quantization)!;
+    const fCache = join(dir, "verdicts-baseline-float");
+    const first = await serve(float.file, fName, { runtime: "auto", kernels: "baseline", loadCheckCache: fCache });
+    expect(first.choice.note).to.match(/short workload took/).and.not.match(WITHOUT_MODULE);
+    expect(first.choice.phases).to.have.property("timing");
+    const later = await serve(float.file, fName, { runtime: "auto", kernels: "baseline", loadCheckCache: fCache });
+    expect(later.choice.runtime).to.equal(first.choice.runtime);
+    expect(later.choice.note).to.match(/timed at an earlier load, remembered with the verdict/);
+    expect(later.choice.phases).to.not.have.property("timing");
+    // Native chosen: served from the records; TorchScript chosen: its module is loaded.
+    if (first.choice.runtime === "native") expect(later.choice.note).to.match(WITHOUT_MODULE);
+    else expect(later.choice.note).to.not.match(WITHOUT_MODULE);
+    expect(later.tokens).to.deep.equal(first.tokens);
+  });
+
   it("maps a layout file an earlier load wrote, from the records alone", async () => {
     const [name, reference] = Object.entries(nativeFixtureSet()).find(([, r]) => r.quantization === "q8_0")!;
     const cache = join(dir, "verdicts-layout");
