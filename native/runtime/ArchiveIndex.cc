@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/ReadFully.h"
 #include "runtime/Unpickler.h"
 
 namespace tsn {
@@ -52,11 +53,8 @@ class File {
            std::to_string(size_) + "-byte file: cut short or damaged");
     }
     std::string out(n, '\0');
-    for (uint64_t done = 0; done < n;) {
-      const ssize_t got = pread(fd_, &out[done], std::min<uint64_t>(n - done, 1u << 30), static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) Fail("reading " + what + ": " + (got < 0 ? std::strerror(errno) : "the file shrank"));
-      done += static_cast<uint64_t>(got);
+    if (ReadFully(fd_, out.data(), n, offset) < n) {
+      Fail("reading " + what + ": " + (errno != 0 ? std::strerror(errno) : "the file shrank"));
     }
     return out;
   }

@@ -7,11 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
+#include "common/ReadFully.h"
 #include "runtime/LayoutCache.h"
 #include "runtime/LoadCheckCache.h"
 
@@ -51,12 +53,9 @@ std::shared_ptr<const void> ReadIntoMemory(int fd, uint64_t offset, uint64_t byt
   if (memory == nullptr) throw ArchiveError("out of memory reading " + path);
   std::shared_ptr<const void> owner(memory, [](const void* p) { std::free(const_cast<void*>(p)); });
   AdviseHugePages(memory, size);
-  uint64_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = pread(fd, static_cast<char*>(memory) + done, bytes - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw ArchiveError("Checkpoint " + path + " ended before its last weight record (truncated while loading?)");
-    done += static_cast<uint64_t>(got);
+  if (ReadFully(fd, memory, bytes, offset) < bytes) {
+    throw ArchiveError("Checkpoint " + path + " ended before its last weight record (truncated while loading?)" +
+                       (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
   }
   return owner;
 }

@@ -24,6 +24,7 @@
 #include "common/Device.h"
 #include "common/MappedFile.h"
 #include "common/Parallel.h"
+#include "common/ReadFully.h"
 #include "kernels/Kernels.h"
 #include "runtime/ArchiveWeights.h"
 #include "runtime/LayoutCache.h"
@@ -158,16 +159,7 @@ class DeferringReader final : public caffe2::serialize::ReadAdapterInterface {
   };
   static size_t BytesOf(const Deferred& d) { return d.n; }
 
-  size_t ReadAt(uint64_t pos, char* buf, size_t n) const {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t got = pread(fd_, buf + done, n - done, static_cast<off_t>(pos + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;
-      done += static_cast<size_t>(got);
-    }
-    return done;
-  }
+  size_t ReadAt(uint64_t pos, char* buf, size_t n) const { return ReadFully(fd_, buf, n, pos); }
 
   int fd_;
   size_t size_ = 0;

@@ -305,8 +305,9 @@ export class TorchEngine implements TextGenerationEngine {
         mapWeights: options.mapWeights ?? true,
         kernels: options.kernels ?? "auto",
         ...(options.layoutCache === undefined ? {} : { layoutCache: options.layoutCache }),
-        // The engine never calls the module's methods: on a later load the native runtime is built
-        // from the archive's records, and the module (its code and every tensor) is never loaded.
+        // The engine never calls the module's methods: where a remembered verdict or the stored
+        // reference logits allow, the native runtime is built from the archive's records, and the
+        // module (its code and every tensor) is never loaded.
         deferModule: (options.device ?? "cpu") === "cpu" && options.runtime !== "torchscript",
       });
     } catch (err) {

@@ -46,8 +46,9 @@ export interface RawLoadOptions {
    * A language model on the CPU: the archive is opened without libtorch (its records listed,
    * its extra files read) and the TorchScript module is left to configure(), which builds the
    * native runtime from the records alone where the load-time check's verdict for this archive
-   * and build is remembered (loadCheckCache), and loads the module otherwise. The module's
-   * methods cannot be called (run()) on a model served without it. Default false.
+   * and build is remembered (loadCheckCache), or where the archive stores the check's reference
+   * logits (the check then runs on the records against them), and loads the module otherwise.
+   * The module's methods cannot be called (run()) on a model served without it. Default false.
    */
   deferModule?: boolean;
 }
@@ -262,9 +263,10 @@ export interface RawAddon {
 /**
  * The same addon built without libtorch (torchserve-native.node): it opens a language model's
  * archive on the CPU (deferModule is implied) and configure() builds the native runtime from
- * its records where the libtorch addon's load-time check passed on it and remembered the
- * verdict (loadCheckCache); everything else (any other load, a configure without such a
- * verdict, run()) rejects with ERR_NEEDS_LIBTORCH, and the libtorch addon does it instead.
+ * its records where a load-time check passed on it and remembered the verdict (loadCheckCache),
+ * or where the archive stores the check's reference logits and the check against them passes;
+ * everything else (any other load, a configure with neither, run()) rejects with
+ * ERR_NEEDS_LIBTORCH, and the libtorch addon does it instead.
  */
 export interface RawNativeAddon
   extends Pick<RawAddon, "torchVersion" | "errorCodes" | "kernelFamilies" | "nativeArchitectures" | "decideRuntime"> {
