@@ -21,9 +21,9 @@ import { join } from "node:path";
 import { readArchiveEntryNames } from "../../src/checkpoint/archiveFiles.js";
 import { TorchEngine } from "../../src/engine/TorchEngine.js";
 import { loadAddon, loadNativeAddon } from "../../src/native/binding.js";
-import type { RawLanguageModelSettings, RawRuntimeChoice } from "../../src/native/types.js";
+import type { RawLanguageModel, RawLanguageModelSettings, RawRuntimeChoice } from "../../src/native/types.js";
 import { repoRoot } from "../helpers/fixtures.js";
-import { agreedSteps, greedy, nativeFixtureSet } from "../helpers/nativeSet.js";
+import { agreedSteps, greedy, nativeFixtureSet, type ReferenceCheckpoint } from "../helpers/nativeSet.js";
 import { rejection } from "../helpers/rejection.js";
 import { resavedWithReference } from "../helpers/storedReference.js";
 
@@ -87,6 +87,15 @@ describe("loads without the TorchScript module", function () {
       await model.dispose();
     }
   }
+
+  /** configure()'s settings for `model`, a checkpoint of the native set, its verdicts in `cache`. */
+  const settingsFor = (model: RawLanguageModel, reference: ReferenceCheckpoint, cache: string) => ({
+    contextLength: 64,
+    architecture: reference.architecture,
+    dtype: reference.dtype,
+    modelConfig: JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>,
+    loadCheckCache: cache,
+  });
 
   /** The lines of the one verdict file in `cache`. */
   const verdictLines = (cache: string): string[] => {
@@ -172,13 +181,7 @@ describe("loads without the TorchScript module", function () {
     const native = loadNativeAddon()!;
     const model = await native.loadLanguageModel(wrong, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
     try {
-      const settings = {
-        contextLength: 64,
-        architecture: reference.architecture,
-        dtype: reference.dtype,
-        modelConfig: JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>,
-        loadCheckCache: join(dir, "verdicts-wrong-native"),
-      };
+      const settings = settingsFor(model, reference, join(dir, "verdicts-wrong-native"));
       expect((await rejection(model.configure(settings))).code).to.equal("ERR_NEEDS_LIBTORCH");
       expect(verdictLines(settings.loadCheckCache).filter((line) => line.startsWith("verdict disagrees "))).to.have.length(1);
     } finally {
@@ -342,13 +345,7 @@ describe("loads without the TorchScript module", function () {
     const unchecked = resavedWithReference(reference.file, join(dir, "gpt-no-reference.pt"), "blob = None");
     const model = await native!.loadLanguageModel(unchecked, { device: "cpu", extraFiles: ["config.json"], threads: 1 });
     try {
-      const settings = {
-        contextLength: 64,
-        architecture: reference.architecture,
-        dtype: reference.dtype,
-        modelConfig: JSON.parse(model.extraFiles["config.json"]!) as Record<string, unknown>,
-        loadCheckCache: join(dir, "verdicts-none"),
-      };
+      const settings = settingsFor(model, reference, join(dir, "verdicts-none"));
       // No verdict remembered for it, and no stored reference: the libtorch addon must check it first.
       expect((await rejection(model.configure(settings))).code).to.equal("ERR_NEEDS_LIBTORCH");
       expect((await rejection(model.run("cache_shape", [1]))).code).to.equal("ERR_NEEDS_LIBTORCH");
