@@ -1,6 +1,7 @@
-// The parts of the runtime choice that need no libtorch (Runtime.h's rules, and the load-time
-// check's remembered verdicts as NativeFromArchive takes them), shared by the addon and by its
-// build without libtorch (TSN_NATIVE_ONLY), whose ChooseRuntime is NativeFromArchive alone.
+// The parts of the runtime choice that need no libtorch (Runtime.h's rules and the TorchScript
+// timing's, the load-time check's probe and its comparison, and its verdicts as
+// NativeFromArchive takes or makes them), shared by the addon and by its build without libtorch
+// (TSN_NATIVE_ONLY), whose ChooseRuntime is NativeFromArchive alone.
 #pragma once
 
 #include <chrono>
