@@ -85,11 +85,11 @@ std::string UntimedScript(bool cpu, const RuntimeRequest& request) {
   return "";
 }
 
-std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request, bool cpu,
+std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request,
                                               const std::optional<CheckVerdict>& verdict) {
   if (request.runtime == "native") return RuntimeVerdict{true, "native runtime, " + family + " kernels: asked for"};
   if (!NeedsTiming(family)) return DecideRuntime(family, RuntimeTimings{});
-  const std::string untimed = UntimedScript(cpu, request);
+  const std::string untimed = UntimedScript(true, request);
   if (!untimed.empty()) return RuntimeVerdict{true, "native runtime, " + family + " kernels: not timed, as " + untimed};
   if (!verdict || !verdict->timing || verdict->timing->settings != ScriptSettings(request)) return std::nullopt;
   RuntimeVerdict decision = DecideRuntime(
@@ -216,6 +216,23 @@ double Disagreement(const ProbeSteps& reference, const ProbeSteps& candidate) {
   return worst;
 }
 
+ProbeSteps StoredReferenceOf(const LoadedModel& model, const RuntimeRequest& request, const Probe& probe) {
+  return StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
+}
+
+int CheckThreads(const RuntimeRequest& request) { return std::max(request.threads, static_cast<int>(LoadThreads())); }
+
+CheckVerdict CheckStepper(Stepper& native, const Probe& probe, const ProbeSteps& expected, const RuntimeRequest& request,
+                          std::vector<int64_t> cacheShape, PhaseClock& clock) {
+  CheckVerdict verdict;
+  verdict.disagreement = Disagreement(expected, ProbeLogits(native, probe));
+  verdict.agrees = verdict.disagreement <= ToleranceFor(request);
+  verdict.cacheShape = std::move(cacheShape);
+  native.UseThreads(request.threads);
+  clock.Lap("native forward");
+  return verdict;
+}
+
 std::string RememberCheck(CheckVerdict& verdict, const LoadCheckCache& cache, bool stored) {
   const std::string ran = std::string("load-time check ran") + (stored ? " (against the reference logits stored at export)" : "");
   std::string error;
@@ -294,13 +311,12 @@ bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, Runtim
   } catch (const std::exception&) {
     return false;  // the choice below reports it
   }
-  const double tolerance = ToleranceFor(request);
   const LoadCheckCache cache(request.checkCacheDir.empty() || model.digest.empty() ? "" : request.checkCacheDir,
-                             CheckKey(request, kernels->name, model.digest, tolerance));
+                             CheckKey(request, kernels->name, model.digest, ToleranceFor(request)));
   std::optional<CheckVerdict> verdict = cache.Find();
   // Where "auto" must time the runtimes (the baseline family; its TorchScript run needs the
   // module), or a remembered timing chose TorchScript, the module is loaded.
-  const std::optional<RuntimeVerdict> decision = DecisionUntimed(kernels->name, request, true, verdict);
+  const std::optional<RuntimeVerdict> decision = DecisionUntimed(kernels->name, request, verdict);
   if (!decision || !decision->native) return false;
   std::string checkNote;
   try {
@@ -310,21 +326,15 @@ bool NativeFromArchive(LoadedModel& model, const RuntimeRequest& request, Runtim
       checkNote = RememberedCheckNote(*verdict, cache);
     } else {
       // The first load of this archive here: checked against the reference stored at export,
-      // on the load's threads (as CheckNative runs it), then served on the threads asked for.
-      const std::vector<int64_t> cacheShape = ArchiveCacheShape(*model.index, request.architecture);
+      // as a load of the module checks it.
+      std::vector<int64_t> cacheShape = ArchiveCacheShape(*model.index, request.architecture);
       if (cacheShape.empty()) return false;
       const Probe probe(cacheShape[4]);
-      const ProbeSteps expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
+      const ProbeSteps expected = StoredReferenceOf(model, request, probe);
       if (expected.empty()) return false;
       clock.Lap("stored reference");
-      const int threads = std::max(request.threads, static_cast<int>(LoadThreads()));
-      choice.stepper = StepperFromRecords(model, request, factory, *kernels, cacheShape, threads, clock);
-      verdict.emplace();
-      verdict->disagreement = Disagreement(expected, ProbeLogits(*choice.stepper, probe));
-      verdict->agrees = verdict->disagreement <= tolerance;
-      verdict->cacheShape = cacheShape;
-      choice.stepper->UseThreads(request.threads);
-      clock.Lap("native forward");
+      choice.stepper = StepperFromRecords(model, request, factory, *kernels, cacheShape, CheckThreads(request), clock);
+      verdict = CheckStepper(*choice.stepper, probe, expected, request, std::move(cacheShape), clock);
       checkNote = RememberCheck(*verdict, cache, true);
       if (!verdict->agrees) {
         choice.stepper.reset();

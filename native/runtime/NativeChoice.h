@@ -70,7 +70,8 @@ std::string UntimedScript(bool cpu, const RuntimeRequest& request);
 // time (DecideRuntime's rule), the TorchScript forward left out of the timing (UntimedScript),
 // or a timing remembered with `verdict` for these TorchScript settings (which may choose
 // TorchScript). None where "auto" must time the runtimes.
-std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request, bool cpu,
+// (The native runtime runs on the CPU only: UntimedScript is asked for the CPU.)
+std::optional<RuntimeVerdict> DecisionUntimed(const std::string& family, const RuntimeRequest& request,
                                               const std::optional<CheckVerdict>& verdict);
 
 // How long the TorchScript forward's timed run may take and still be chosen: the margin
@@ -144,6 +145,21 @@ ProbeSteps StoredReference(const std::string& blob, const Probe& probe, int64_t 
 // logits. Infinite where their shapes differ, or where either holds a NaN or an infinity the
 // other does not (a NaN difference must not let any logits agree).
 double Disagreement(const ProbeSteps& reference, const ProbeSteps& candidate);
+
+// The stored reference logits of `model` for `probe` (StoredReference, against config.json's
+// vocab_size); empty where it has none this probe can use.
+ProbeSteps StoredReferenceOf(const LoadedModel& model, const RuntimeRequest& request, const Probe& probe);
+
+// How many threads the check's native forward runs on: the probe passes over every weight twice
+// (8B Q8_0, one thread: 1.6-2.4 s, most of a first load from the page cache), so it runs on the
+// load's threads, as reading and packing do; the stepper serves on the threads asked for after it.
+int CheckThreads(const RuntimeRequest& request);
+
+// The check on a native stepper built on CheckThreads: its logits on `probe` against `expected`
+// (ToleranceFor the request), the verdict holding `cacheShape`; the stepper then serves on the
+// threads asked for.
+CheckVerdict CheckStepper(Stepper& native, const Probe& probe, const ProbeSteps& expected, const RuntimeRequest& request,
+                          std::vector<int64_t> cacheShape, PhaseClock& clock);
 
 // Remembers the verdict of a check that has just run (its time stamped), and gives the runtime
 // note's clause on it: "load-time check ran" (against the stored reference where `stored`),

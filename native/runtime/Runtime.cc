@@ -13,7 +13,6 @@
 
 #include "common/ErrorCodes.h"
 #include "common/Errors.h"
-#include "common/Parallel.h"
 #include "runtime/LoadCheckCache.h"
 #include "runtime/NativeChoice.h"
 #include "steppers/ModuleWeights.h"
@@ -130,19 +129,19 @@ std::unique_ptr<ScriptStepper> MakeScriptStepper(const LoadedModel& model, const
 
 // The load-time check: the checkpoint's own forward on the probe (its 16-bit parameters
 // widened to float32 in place for it, and narrowed back after), or the same logits as its
-// export stored them (`stored` is then set); then the native stepper is built (`native`) and
-// run on the same tokens. The largest relative logit difference.
-double CheckNative(const LoadedModel& model, const RuntimeRequest& request, const NativeFactory& factory,
-                   const KernelSet& kernels, int64_t context, std::unique_ptr<Stepper>& native, PhaseClock& clock,
-                   bool& stored) {
+// export stored them (`stored` is then set); then the native stepper is built (`native`) from
+// the module's weights and checked on the same tokens (CheckStepper).
+CheckVerdict CheckNative(const LoadedModel& model, const RuntimeRequest& request, const NativeFactory& factory,
+                         const KernelSet& kernels, const std::vector<int64_t>& cacheShape,
+                         std::unique_ptr<Stepper>& native, PhaseClock& clock, bool& stored) {
   const bool sixteen = request.dtype != at::kFloat;
   // The reference logits come first, so nothing of the reference is alive while the native
   // weights are packed. A 16-bit checkpoint is checked against its forward run in float32
   // (kTolerance16) on the same weights: its parameters are widened in place for the probe
   // and narrowed back after it (exactly), so a float32 copy of the module is never held
   // beside them; torch's own widening ran at ~10 ns an element, most of the check's time.
-  const Probe probe(context);
-  ProbeSteps expected = StoredReference(model.loadCheckReference, probe, request.fields.Int("vocab_size", -1));
+  const Probe probe(cacheShape.at(4));
+  ProbeSteps expected = StoredReferenceOf(model, request, probe);
   stored = !expected.empty();
   if (stored) {
     clock.Lap("stored reference");
@@ -161,16 +160,10 @@ double CheckNative(const LoadedModel& model, const RuntimeRequest& request, cons
     }
     if (sixteen) clock.Lap("narrow");  // the parameters went back to 16 bits as `widened` ended
   }
-  // The probe passes over every weight twice (8B Q8_0, one thread: 1.6-2.4 s, most of a first
-  // load from the page cache): it runs on the load's threads, as reading and packing do, and the
-  // stepper serves on the threads asked for after it.
-  const int threads = std::max(request.threads, static_cast<int>(LoadThreads()));
-  native = factory(NativeContext{WeightsOfModule(*model.module), request.fields, kernels, threads, request.kvBudgetBytes});
+  native = factory(NativeContext{WeightsOfModule(*model.module), request.fields, kernels, CheckThreads(request),
+                                 request.kvBudgetBytes});
   clock.Lap("pack");
-  const double disagreement = Disagreement(expected, ProbeLogits(*native, probe));
-  native->UseThreads(request.threads);
-  clock.Lap("native forward");
-  return disagreement;
+  return CheckStepper(*native, probe, expected, request, cacheShape, clock);
 }
 
 }  // namespace
@@ -210,10 +203,8 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
     try {
       const KernelSet& kernels = SelectKernels(request.kernels);
       const std::vector<int64_t> cacheShape = model.module->run_method("cache_shape", int64_t{1}).toIntVector();
-      const int64_t context = cacheShape.at(4);
-      const double tolerance = ToleranceFor(request);
       const LoadCheckCache cache(model.digest.empty() ? "" : request.checkCacheDir,
-                                 CheckKey(request, kernels.name, model.digest, tolerance));
+                                 CheckKey(request, kernels.name, model.digest, ToleranceFor(request)));
       std::optional<CheckVerdict> verdict = request.forceCheck ? std::nullopt : cache.Find();
       // Where "auto" times the runtimes (NeedsTiming), the timing is remembered with the
       // verdict, for the TorchScript runtime's settings it ran with; a remembered verdict
@@ -221,7 +212,7 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       // Where the TorchScript forward would hold the weights twice over or dequantize them on
       // every call, it is not timed (UntimedScript): native serves. DecisionUntimed gives the
       // choice wherever no timing is to run.
-      const std::optional<RuntimeVerdict> rememberedDecision = DecisionUntimed(kernels.name, request, true, verdict);
+      const std::optional<RuntimeVerdict> rememberedDecision = DecisionUntimed(kernels.name, request, verdict);
       std::unique_ptr<Stepper> native;
       if (verdict) {
         checkNote = RememberedCheckNote(*verdict, cache);
@@ -239,17 +230,14 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
           clock.Lap("pack");
         }
       } else {
-        verdict.emplace();
         bool stored = false;
-        verdict->disagreement = CheckNative(model, request, factory, kernels, context, native, clock, stored);
-        verdict->agrees = verdict->disagreement <= tolerance;
-        verdict->cacheShape = cacheShape;
+        verdict = CheckNative(model, request, factory, kernels, cacheShape, native, clock, stored);
         checkNote = RememberCheck(*verdict, cache, stored);
         if (!verdict->agrees) native.reset();  // the TorchScript runtime serves: its weights go first
       }
       if (verdict->agrees) {
         RuntimeVerdict decision;
-        const std::optional<RuntimeVerdict> untimed = DecisionUntimed(kernels.name, request, true, verdict);
+        const std::optional<RuntimeVerdict> untimed = DecisionUntimed(kernels.name, request, verdict);
         if (untimed) {
           decision = *untimed;
           if (!decision.native) {  // a remembered timing that chose TorchScript
