@@ -16,8 +16,9 @@ export const ErrorCodes = {
   ERR_DEVICE: 500,
   ERR_INVALID_ARGUMENT: 400,
   /**
-   * The addon built without libtorch cannot serve this checkpoint so (no remembered verdict of
-   * the load-time check lets it): TorchEngine then loads it with the libtorch addon. Internal.
+   * The addon built without libtorch cannot serve this checkpoint so (neither a remembered verdict
+   * of the load-time check nor reference logits stored at export let it): TorchEngine then loads
+   * it with the libtorch addon. Internal.
    */
   ERR_NEEDS_LIBTORCH: 500,
   /** The engine was disposed before or while the call ran. */
