@@ -61,7 +61,8 @@ describe("addon builds", function () {
       expect(symbols.split("\n").filter((line) => /c10::|at::|torch::|caffe2::/.test(line))).to.deep.equal([]);
       const cache = mkdtempSync(join(tmpdir(), "tsn-builds-verdicts-"));
       try {
-        // Without a remembered verdict it cannot: the libtorch addon is for that.
+        // Without a remembered verdict (and this fixture stores no reference logits) it cannot:
+        // the libtorch addon is for that.
         expect(() => run(native, cache)).to.throw(/ERR_NEEDS_LIBTORCH/);
         const checked = run(path, cache);
         expect(checked.note).to.match(/load-time check ran/);
