@@ -335,6 +335,14 @@ void PackedLinear::Row(int row, float* out) const {
   const size_t base = static_cast<size_t>(row / 16) * k_ * 16;
   const int c = row % 16;
   if (grouped(row)) throw std::logic_error("PackedLinear::Row of an interleaved row: a looked-up table is not interleaved");
+  if (inPlace() && type_ == WeightType::BF16) {
+    const uint16_t* bits = bf16Row(row);
+    for (int kk = 0; kk < k_; ++kk) {
+      const uint32_t wide = static_cast<uint32_t>(bits[kk]) << 16;
+      std::memcpy(out + kk, &wide, 4);
+    }
+    return;
+  }
   if (quantized()) {
     DequantizeRow(rowTypes_[row], rows_[row], k_, out);
     return;
@@ -361,20 +369,30 @@ PackedLinear::PackedLinear(std::vector<const uint8_t*> rows, std::vector<WeightT
                            std::shared_ptr<const void> owner, const float* bias, int n, int k)
     : n_(n), k_(k), panels_((n + 15) / 16), rows_(std::move(rows)), rowTypes_(std::move(types)), owner_(std::move(owner)) {
   if (n <= 0 || static_cast<int>(rows_.size()) != n || static_cast<int>(rowTypes_.size()) != n) {
-    throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight needs one row per output");
+    throw CodedError(ErrorCode::kCheckpointInterface, "a weight read in place needs one row per output");
   }
   type_ = rowTypes_[0];
-  for (WeightType t : rowTypes_) {
-    if (!IsQuantized(t)) {
-      throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight has a row of a float type");
+  if (type_ == WeightType::BF16) {
+    for (WeightType t : rowTypes_) {
+      if (t != WeightType::BF16) throw CodedError(ErrorCode::kCheckpointInterface, "bf16 rows in place mix in another type");
     }
-    if (k % BlockValues(t) != 0) {
-      throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight's input width " + std::to_string(k) +
-                                                            " is not a multiple of its block of " +
-                                                            std::to_string(BlockValues(t)));
+    if (k % 2 != 0) {
+      throw CodedError(ErrorCode::kCheckpointInterface, "16-bit weights need an even input width, got " + std::to_string(k));
     }
-    quantBytes_ += RowBytes(t, k);
-    ++(t == WeightType::Q5_K ? rowsOfQ5K_ : rowsOf_[static_cast<int>(t)]);
+    quantBytes_ = static_cast<size_t>(n) * k * sizeof(uint16_t);
+  } else {
+    for (WeightType t : rowTypes_) {
+      if (!IsQuantized(t)) {
+        throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight has a row of a float type");
+      }
+      if (k % BlockValues(t) != 0) {
+        throw CodedError(ErrorCode::kCheckpointInterface, "a quantized weight's input width " + std::to_string(k) +
+                                                              " is not a multiple of its block of " +
+                                                              std::to_string(BlockValues(t)));
+      }
+      quantBytes_ += RowBytes(t, k);
+      ++(t == WeightType::Q5_K ? rowsOfQ5K_ : rowsOf_[static_cast<int>(t)]);
+    }
   }
   bias_.Resize(static_cast<size_t>(panels_) * 16);
   std::memset(bias_.get(), 0, sizeof(float) * bias_.size);

@@ -81,6 +81,20 @@ int main(int argc, char** argv) {
   } else {
     for (int i = 0; i < copies; ++i) matrices.emplace_back(weight.data(), bias.data(), n, k, wtype);
   }
+  // AB_IN_PLACE=1 (bf16): the head multiplies by the weight's rows where they lie (the bf16
+  // rows in place a checkpoint's load uses), the base by the packed panels (the same values).
+  const char* inPlaceMode = std::getenv("AB_IN_PLACE");
+  const bool inPlace = inPlaceMode != nullptr && *inPlaceMode == '1' && wtype == WeightType::BF16;
+  if (inPlace) {
+    for (int i = 0; i < copies; ++i) {
+      auto data = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n) * k);
+      for (size_t at = 0; at < data->size(); ++at) (*data)[at] = FloatToBf16(weight[at]);
+      std::vector<const uint8_t*> rows(n);
+      for (int c = 0; c < n; ++c) rows[c] = reinterpret_cast<const uint8_t*>(data->data() + static_cast<size_t>(c) * k);
+      headMatrices.emplace_back(rows, std::vector<WeightType>(n, WeightType::BF16), data, bias.data(), n, k);
+    }
+  }
+  const bool other = interleave || inPlace;  // the head has matrices of its own
   std::vector<float> x(static_cast<size_t>(500) * k), y(static_cast<size_t>(500) * n);
   for (auto& v : x) v = static_cast<float>(std::rand() % 1000) / 1000.0f - 0.5f;
   // AB_ROWS="1,4": only those row counts (default: all ten).
@@ -107,7 +121,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 10; ++round) {
       const KernelSet& set = *sets[round % 2];
       const double start = Now();
-      const std::vector<PackedLinear>& side = interleave && (round % 2 == 1 || bothInterleaved) ? headMatrices : matrices;
+      const std::vector<PackedLinear>& side = other && (round % 2 == 1 || bothInterleaved) ? headMatrices : matrices;
       for (int r = 0; r < reps; ++r) {
         const PackedLinear& m = side[r % copies];
         set.linearPanels(x.data(), rows, k, m, y.data(), n, 0, m.panels(), Epilogue::Store);
@@ -120,7 +134,7 @@ int main(int argc, char** argv) {
   // (0, bit for bit), one that reorders it shows by how much.
   {
     double worst = 0;
-    const std::vector<PackedLinear>& headSide = interleave ? headMatrices : matrices;
+    const std::vector<PackedLinear>& headSide = other ? headMatrices : matrices;
     std::vector<float> baseY(static_cast<size_t>(19) * n);
     for (int count : {1, 4, 19}) {
       sets[0]->linearPanels(x.data(), count, k, matrices[0], baseY.data(), n, 0, matrices[0].panels(), Epilogue::Store);
@@ -134,7 +148,7 @@ int main(int argc, char** argv) {
   }
   // The head's promise that a row's result does not depend on its batch: every row of a batch
   // against the same row alone, bit for bit.
-  const PackedLinear& m = interleave ? headMatrices[0] : matrices[0];
+  const PackedLinear& m = other ? headMatrices[0] : matrices[0];
   std::vector<float> alone(n);
   if (interleave) {
     // The interleaved products against the GGUF rows': the same values up to float rounding.
