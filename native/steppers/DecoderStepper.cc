@@ -1,6 +1,7 @@
 #include "steppers/DecoderStepper.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <unordered_set>
@@ -25,6 +26,20 @@ constexpr size_t kTeamLayerBytes = 1 << 20;
 // Panels per chunk: pairs when many rows make each panel heavy; four (one pass of the
 // one-row kernel, which streams four panels at once) for a step of few rows.
 int ChunkPanels(int rows) { return rows >= kTeamRows ? 2 : 4; }
+
+// SERVICE_BF16_WEIGHTS (the server checks the value before loading anything): "in-place", a
+// bf16 weight is read where it lies (PackedLinear's bf16 rows in place); "packed" or unset, it
+// is packed into panels. In place, a first load of a 1B bf16 model took 0.27 s where packing it
+// took 4.7 s, and decode at batch 1 ran 1.02-1.05x the panels' rate, a 512-token prefill
+// 0.92-0.98x, but batch 8 0.85-0.86x (avx512_bf16; on avx512 and avx2, whose products widen
+// every pair of a row, the kernels ran 0.5-0.87x): docs/benchmarks.md section 11.
+bool Bf16InPlace() {
+  static const bool inPlace = [] {
+    const char* layout = std::getenv("SERVICE_BF16_WEIGHTS");
+    return layout != nullptr && std::strcmp(layout, "in-place") == 0;
+  }();
+  return inPlace;
+}
 
 }  // namespace
 
@@ -70,16 +85,20 @@ PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const 
   const QuantMatrix* first = Quantized(names[0]);
   if (first == nullptr) {
     if (names.size() == 1) return Pack(Need(names[0], {rows[0], k}), bias, type);
-    // Fused as it is packed, part by part: no stacked copy of the layer is made.
+    // Fused as it is packed, part by part (or read where each part lies): no stacked copy of
+    // the layer is made.
     std::vector<const void*> pointers;
+    std::vector<const WeightView*> views;
     std::vector<int> counts;
     const WeightDtype dtype = Need(names[0], {rows[0], k}).dtype;
     for (size_t i = 0; i < names.size(); ++i) {
       const WeightView& part = Need(names[i], {rows[i], k});
       if (part.dtype != dtype) Mismatch(names[i] + " has another dtype than " + names[0]);
       pointers.push_back(part.data);
+      views.push_back(&part);
       counts.push_back(static_cast<int>(rows[i]));
     }
+    if (dtype == WeightDtype::BF16 && type == WeightType::BF16 && Bf16InPlace()) return InPlace(views, bias);
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch(names[0] + ": a bias of another width");
     PackedLinear packed(pointers, counts, SourceType(dtype), bias.empty() ? nullptr : bias.data(), static_cast<int>(n),
                         static_cast<int>(k), type);
@@ -175,7 +194,28 @@ WeightType DecoderStepper::SourceType(WeightDtype dtype) {
   return dtype == WeightDtype::BF16 ? WeightType::BF16 : dtype == WeightDtype::F16 ? WeightType::F16 : WeightType::F32;
 }
 
+PackedLinear DecoderStepper::InPlace(const std::vector<const WeightView*>& parts, const std::vector<float>& bias) {
+  auto owners = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+  std::vector<const uint8_t*> pointers;
+  const int64_t k = parts[0]->size(1);
+  for (const WeightView* part : parts) {
+    const auto* base = static_cast<const uint8_t*>(part->data);
+    for (int64_t r = 0; r < part->size(0); ++r) pointers.push_back(base + r * k * 2);
+    owners->push_back(part->owner);
+  }
+  const int64_t n = static_cast<int64_t>(pointers.size());
+  if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch("a bias of another width than its weight");
+  PackedLinear rowsInPlace(std::move(pointers), std::vector<WeightType>(n, WeightType::BF16), std::move(owners),
+                           bias.empty() ? nullptr : bias.data(), static_cast<int>(n), static_cast<int>(k));
+  // The rows stay the checkpoint's tensors (kept alive here), as a quantized matrix's do.
+  heldBytes_ += static_cast<int64_t>(rowsInPlace.bytes() + rowsInPlace.panels() * 16 * sizeof(float));
+  return rowsInPlace;
+}
+
 PackedLinear DecoderStepper::Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type) {
+  if (weight.dtype == WeightDtype::BF16 && type == WeightType::BF16 && weight.shape.size() == 2 && Bf16InPlace()) {
+    return InPlace({&weight}, bias);
+  }
   if (weight.dtype == WeightDtype::U8 || weight.shape.size() != 2) Mismatch("a matrix that is not float32, bf16 or fp16 [n, k]");
   if (!bias.empty() && static_cast<int64_t>(bias.size()) != weight.size(0)) Mismatch("a bias of another width than its weight");
   PackedLinear packed(weight.data, SourceType(weight.dtype), bias.empty() ? nullptr : bias.data(),
@@ -206,7 +246,14 @@ std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
   // Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
-  if (family == "baseline") return "";
+  // bf16 matrices read where they lie (Bf16InPlace) are said so, as the layouts below are.
+  int bf16InPlace = 0;
+  for (const PackedLinear* w : Products()) bf16InPlace += w->inPlace() && !w->quantized();
+  std::string note;
+  if (bf16InPlace > 0) {
+    note = std::to_string(bf16InPlace) + " bf16 matrices read where they lie, not packed, by the " + family + " kernels";
+  }
+  if (family == "baseline") return note;
   const bool q4k = FamilyRegroups(kernels_, WeightType::Q4_K), q8 = family == "avx2" || family == "avx512",
              q8Tiles = family == "amx" || family == "avx512_bf16";
   const std::vector<PackedLinear*> products = Products();
@@ -230,9 +277,9 @@ std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
     if (q8Tiles) tilesQ8 += w->TileQ8_0(cache);
     groups32 += w->InterleaveBlock32(cache);
   }
-  std::string note;
   if (tilesQ8 > 0) {
-    note = "Q8_0 rows laid out in " + std::to_string(tilesQ8) + " tile panels of sixteen for the " + family + " kernels";
+    note += (note.empty() ? "" : "; ") + std::string("Q8_0 rows laid out in ") + std::to_string(tilesQ8) +
+            " tile panels of sixteen for the " + family + " kernels";
   }
   for (const auto& [types, count] : {std::pair<const char*, int>{"Q4_K", groups}, {"Q8_0", groupsQ8}, {"Q4_0/Q5_0", groups32}}) {
     if (count == 0) continue;

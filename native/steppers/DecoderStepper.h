@@ -73,6 +73,10 @@ class DecoderStepper : public Stepper {
   // `type`, counted in WeightBytes(); a 16-bit weight is packed from its own bits, never
   // through a float32 copy.
   PackedLinear Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type);
+  // bf16 matrices ([rows_i, k] each) stacked by rows and read where they lie, not packed
+  // (PackedLinear's bf16 rows in place), counted in WeightBytes() like Pack. Pack and Stack take
+  // this path for a bf16 weight of a bf16 checkpoint with SERVICE_BF16_WEIGHTS=in-place.
+  PackedLinear InPlace(const std::vector<const WeightView*>& parts, const std::vector<float>& bias);
   // The kernels' name of a weight's dtype, as packing reads it.
   static WeightType SourceType(WeightDtype dtype);
   // Lets go of the module's tensors once the packed weights are built: the runtime then

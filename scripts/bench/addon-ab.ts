@@ -10,6 +10,8 @@
  *   node dist/scripts/bench/addon-ab.js --addons OLD.node,NEW.node --ckpt M.pt --prefill 512 --threads 2
  *        (prefill instead: prompt tokens a second)
  *   node dist/scripts/bench/addon-ab.js --addons A.node,A.node --vendors intel,amd --ckpt M.pt   (the two vendors' kernel variants)
+ *   node dist/scripts/bench/addon-ab.js --addons A.node,A.node --bf16-weights packed,in-place --ckpt M-bf16.pt
+ *        (a bf16 checkpoint's matrices packed against read where they lie)
  *
  * Each process loads the checkpoint (native runtime, the kernels named) and `reps` times
  * prefills `prompt` tokens a row and decodes 4 + tokens greedy tokens a row with
@@ -43,9 +45,10 @@ const usage = `usage: node dist/scripts/bench/addon-ab.js --addons A.node,B.node
   --rounds N      rounds, each build once per round (default 3)
   --prompt N      prompt tokens a row (default 16)
   --prefill N     time the prefill of an N-token prompt a row instead of decode
-  --vendors LIST  SERVICE_CPU_VENDOR for each addon, comma-separated (intel, amd or auto)`;
+  --vendors LIST  SERVICE_CPU_VENDOR for each addon, comma-separated (intel, amd or auto)
+  --bf16-weights LIST  SERVICE_BF16_WEIGHTS for each addon, comma-separated (in-place, packed or auto)`;
 
-const flags = parseFlags(process.argv.slice(2), usage, ["addons", "ckpt", "kernels", "threads", "batch", "tokens", "reps", "rounds", "prompt", "prefill", "vendors", "child"]);
+const flags = parseFlags(process.argv.slice(2), usage, ["addons", "ckpt", "kernels", "threads", "batch", "tokens", "reps", "rounds", "prompt", "prefill", "vendors", "bf16-weights", "child"]);
 const ckpt = stringFlag(flags, "ckpt", "");
 const kernelList = stringFlag(flags, "kernels", "avx2").split(",") as KernelFamily[];
 const kernels = kernelList[0]!;
@@ -106,10 +109,15 @@ async function child(): Promise<Report> {
   }
 }
 
-function inChild(addon: string, family: KernelFamily, vendor: string | undefined): Promise<Report> {
+function inChild(addon: string, family: KernelFamily, vendor: string | undefined, bf16Weights: string | undefined): Promise<Report> {
   return new Promise((done, fail) => {
     const argv = process.argv.slice(2).filter((arg) => arg !== "--child");
-    const env = { ...process.env, TORCHSERVE_ADDON: addon, ...(vendor === undefined ? {} : { SERVICE_CPU_VENDOR: vendor }) };
+    const env = {
+      ...process.env,
+      TORCHSERVE_ADDON: addon,
+      ...(vendor === undefined ? {} : { SERVICE_CPU_VENDOR: vendor }),
+      ...(bf16Weights === undefined ? {} : { SERVICE_BF16_WEIGHTS: bf16Weights }),
+    };
     const worker = fork(fileURLToPath(import.meta.url), [...argv, "--kernels", family, "--child"], { env, stdio: ["ignore", "inherit", "inherit", "ipc"] });
     let report: Report | undefined;
     worker.on("message", (message) => (report = message as Report));
@@ -129,11 +137,13 @@ if (flags.has("child")) {
 } else {
   const addons = stringFlag(flags, "addons", "").split(",").filter(Boolean).map((path) => resolve(path));
   const vendors = flags.has("vendors") ? stringFlag(flags, "vendors", "").split(",") : undefined;
+  const layouts = flags.has("bf16-weights") ? stringFlag(flags, "bf16-weights", "").split(",") : undefined;
   if (
     !ckpt ||
     addons.length === 0 ||
     (kernelList.length !== 1 && kernelList.length !== addons.length) ||
-    (vendors !== undefined && (vendors.length !== addons.length || vendors.some((v) => !["intel", "amd", "auto"].includes(v))))
+    (vendors !== undefined && (vendors.length !== addons.length || vendors.some((v) => !["intel", "amd", "auto"].includes(v)))) ||
+    (layouts !== undefined && (layouts.length !== addons.length || layouts.some((v) => !["in-place", "packed", "auto"].includes(v))))
   ) {
     console.error(usage);
     process.exit(2);
@@ -151,7 +161,7 @@ if (flags.has("child")) {
   let config: Record<string, unknown> = {};
   for (let round = 0; round < rounds; round++) {
     for (const [i, addon] of addons.entries()) {
-      const report = await inChild(addon, kernelList[kernelList.length === 1 ? 0 : i]!, vendors?.[i]);
+      const report = await inChild(addon, kernelList[kernelList.length === 1 ? 0 : i]!, vendors?.[i], layouts?.[i]);
       rates[i]!.push(report.tokensPerSecond);
       config = report.config;
     }
@@ -166,7 +176,10 @@ if (flags.has("child")) {
       const share = batch === 1 && prefill === 0 ? `, ${Math.round(((rate * bytes) / Math.max(before, after)) * 100)}%` : "";
       return i === 0 ? `${rate.toFixed(1)}${share}` : `${rate.toFixed(1)}${share} (${(rate / rates[0]![round]!).toFixed(2)}x)`;
     });
-    const family = (kernelList.length === 1 ? "" : ` (${kernelList[i]})`) + (vendors === undefined ? "" : ` (SERVICE_CPU_VENDOR=${vendors[i]})`);
+    const family =
+      (kernelList.length === 1 ? "" : ` (${kernelList[i]})`) +
+      (vendors === undefined ? "" : ` (SERVICE_CPU_VENDOR=${vendors[i]})`) +
+      (layouts === undefined ? "" : ` (SERVICE_BF16_WEIGHTS=${layouts[i]})`);
     console.log(`${addon}${family}: ${prefill > 0 ? "prompt tok/s" : "tok/s"} ${cells.join(" | ")}`);
   }
   if (batch === 1 && prefill === 0) console.log("(% of the higher of the two bandwidth readings)");

@@ -62,6 +62,14 @@ export interface EngineEnv {
    * itself, once per process; it is checked here so that a wrong value stops the server.
    */
   cpuVendor: "auto" | "intel" | "amd";
+  /**
+   * SERVICE_BF16_WEIGHTS: how the native runtime holds a bf16 checkpoint's matrices: "packed"
+   * (default: copied into the kernels' panels at load) or "in-place" (multiplied where they lie
+   * in the checkpoint: no copy, so a first load writes no 2.5 GB of fresh memory for a 1B model,
+   * at a cost in batched decode and prefill; docs/operations.md). Read by the addon itself;
+   * checked here.
+   */
+  bf16Weights: "packed" | "in-place";
 }
 
 /** The recommender's variables. */
@@ -182,6 +190,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnv {
     layoutCache: cacheDir(env, "SERVICE_LAYOUT_CACHE", "layouts"),
     loadCheck: oneOf(env, "SERVICE_LOAD_CHECK", ["cached", "always"] as const, "cached"),
     cpuVendor: oneOf(env, "SERVICE_CPU_VENDOR", ["auto", "intel", "amd"] as const, "auto"),
+    bf16Weights: oneOf(env, "SERVICE_BF16_WEIGHTS", ["packed", "in-place"] as const, "packed"),
   };
 }
 

@@ -40,6 +40,15 @@ export function goldenFor(checkpoint: string): GoldenCheckpoint {
 }
 
 /**
+ * Whether the native runtime reads a bf16 checkpoint's matrices where they lie rather than
+ * packing them: SERVICE_BF16_WEIGHTS=in-place (test/native/bf16Weights.test.ts runs the bf16
+ * suites under it).
+ */
+export function readsBf16InPlace(): boolean {
+  return process.env.SERVICE_BF16_WEIGHTS === "in-place";
+}
+
+/**
  * Whether the native runtime's `family` lays Q4_K rows out in interleaved groups at load (the
  * addon's FamilyRegroups): avx2 everywhere, the AVX-512 families on Intel CPUs only (the CPU
  * vendor as /proc/cpuinfo names it, which is what the addon's cpuid check reads).

@@ -31,7 +31,7 @@ describe("readServerConfig", () => {
     });
     expect(config.engine).to.deep.equal({
       checkpoint: undefined, device: "cpu", threads: undefined, runtime: "auto", kernels: "auto", torchscriptCompute: "auto", torchscriptDequantize: "auto", torchscriptOptimize: "auto", kvBudgetMb: undefined, stepTokens: undefined, prefixCache: "on", mmap: "on",
-      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached", cpuVendor: "auto",
+      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached", cpuVendor: "auto", bf16Weights: "packed",
     });
     expect(config.recommender).to.deep.equal({ checkpoint: undefined, device: "cpu", latencyBudgetMs: 100 });
   });
@@ -58,7 +58,7 @@ describe("readServerConfig", () => {
   it("reads every variable", () => {
     const config = readServerConfig({
       HOST: "127.0.0.1", PORT: "0", RECSYS_PORT: "9001", SERVICE_CKPT: "a.pt", SERVICE_DEVICE: "cuda:1",
-      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", SERVICE_TORCHSCRIPT_COMPUTE: "float32", SERVICE_TORCHSCRIPT_DEQUANTIZE: "once", SERVICE_TORCHSCRIPT_OPTIMIZE: "off", SERVICE_KV_BUDGET_MB: "512", SERVICE_STEP_TOKENS: "0", SERVICE_PREFIX_CACHE: "off", SERVICE_MMAP: "off", SERVICE_LOAD_CHECK_CACHE: "/var/cache/checks", SERVICE_LAYOUT_CACHE: "/var/cache/layouts", SERVICE_LOAD_CHECK: "always", SERVICE_CPU_VENDOR: "intel", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
+      SERVICE_THREADS: "3", SERVICE_RUNTIME: "torchscript", SERVICE_KERNELS: "avx2", SERVICE_TORCHSCRIPT_COMPUTE: "float32", SERVICE_TORCHSCRIPT_DEQUANTIZE: "once", SERVICE_TORCHSCRIPT_OPTIMIZE: "off", SERVICE_KV_BUDGET_MB: "512", SERVICE_STEP_TOKENS: "0", SERVICE_PREFIX_CACHE: "off", SERVICE_MMAP: "off", SERVICE_LOAD_CHECK_CACHE: "/var/cache/checks", SERVICE_LAYOUT_CACHE: "/var/cache/layouts", SERVICE_LOAD_CHECK: "always", SERVICE_CPU_VENDOR: "intel", SERVICE_BF16_WEIGHTS: "in-place", RECSYS_CKPT: "b.pt", RECSYS_LATENCY_BUDGET_MS: "50", MAX_BATCH_SIZE: "32",
       MAX_WAIT_MS: "2.5", MAX_QUEUE_SIZE: "10", RATE_LIMIT_PER_SECOND: "5", RATE_LIMIT_BURST: "20",
       REDIS_URL: "redis://127.0.0.1:6379", LOG_LEVEL: "debug", SHUTDOWN_TIMEOUT_MS: "1000", TRUST_PROXY: "1",
     });
@@ -69,7 +69,7 @@ describe("readServerConfig", () => {
     });
     expect(config.engine).to.deep.equal({
       checkpoint: "a.pt", device: "cuda:1", threads: 3, runtime: "torchscript", kernels: "avx2", torchscriptCompute: "float32", torchscriptDequantize: "once", torchscriptOptimize: "off", kvBudgetMb: 512, stepTokens: 0, prefixCache: "off", mmap: "off",
-      loadCheckCache: "/var/cache/checks", layoutCache: "/var/cache/layouts", loadCheck: "always", cpuVendor: "intel",
+      loadCheckCache: "/var/cache/checks", layoutCache: "/var/cache/layouts", loadCheck: "always", cpuVendor: "intel", bf16Weights: "in-place",
     });
     expect(config.recommender).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 50 });
     expect(readServerConfig({ TRUST_PROXY: "true" }).trustProxy).to.equal(true);
@@ -95,7 +95,7 @@ describe("readServerConfig", () => {
   it("names the variable that is wrong", () => {
     const bad: Record<string, string> = {
       PORT: "http", RECSYS_PORT: "70000", MAX_BATCH_SIZE: "0", MAX_WAIT_MS: "-1", MAX_QUEUE_SIZE: "1.5",
-      SERVICE_THREADS: "many", SERVICE_RUNTIME: "fast", SERVICE_KERNELS: "sse", SERVICE_TORCHSCRIPT_COMPUTE: "int8", SERVICE_TORCHSCRIPT_DEQUANTIZE: "never", SERVICE_TORCHSCRIPT_OPTIMIZE: "yes", SERVICE_KV_BUDGET_MB: "0", SERVICE_STEP_TOKENS: "-1", SERVICE_PREFIX_CACHE: "no", SERVICE_MMAP: "yes", SERVICE_LOAD_CHECK: "sometimes", SERVICE_CPU_VENDOR: "arm", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
+      SERVICE_THREADS: "many", SERVICE_RUNTIME: "fast", SERVICE_KERNELS: "sse", SERVICE_TORCHSCRIPT_COMPUTE: "int8", SERVICE_TORCHSCRIPT_DEQUANTIZE: "never", SERVICE_TORCHSCRIPT_OPTIMIZE: "yes", SERVICE_KV_BUDGET_MB: "0", SERVICE_STEP_TOKENS: "-1", SERVICE_PREFIX_CACHE: "no", SERVICE_MMAP: "yes", SERVICE_LOAD_CHECK: "sometimes", SERVICE_CPU_VENDOR: "arm", SERVICE_BF16_WEIGHTS: "copy", RATE_LIMIT_PER_SECOND: "0", RECSYS_LATENCY_BUDGET_MS: "fast", SHUTDOWN_TIMEOUT_MS: "soon",
     };
     for (const [name, value] of Object.entries(bad)) {
       expect(() => readServerConfig({ [name]: value }), name).to.throw(name).with.property("code", "ERR_CONFIG");
@@ -108,7 +108,7 @@ describe("readServerConfig", () => {
     const server = readServerConfig(env);
     expect(readEngineEnv(env)).to.deep.equal({
       checkpoint: "a.pt", device: "cpu", threads: 2, runtime: "native", kernels: "baseline", torchscriptCompute: "auto", torchscriptDequantize: "auto", torchscriptOptimize: "auto", kvBudgetMb: undefined, stepTokens: undefined, prefixCache: "on", mmap: "on",
-      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached", cpuVendor: "auto",
+      loadCheckCache: undefined, layoutCache: undefined, loadCheck: "cached", cpuVendor: "auto", bf16Weights: "packed",
     });
     expect(server.engine).to.deep.equal(readEngineEnv(env));
     expect(readRecommenderEnv(env)).to.deep.equal({ checkpoint: "b.pt", device: "cpu", latencyBudgetMs: 20 });
