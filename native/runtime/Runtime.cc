@@ -211,8 +211,9 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       // without one (or with other settings) is timed again and remembered with it.
       // Where the TorchScript forward would hold the weights twice over or dequantize them on
       // every call, it is not timed (UntimedScript): native serves. DecisionUntimed gives the
-      // choice wherever no timing is to run.
-      const std::optional<RuntimeVerdict> rememberedDecision = DecisionUntimed(kernels.name, request, verdict);
+      // choice wherever no timing is to run (a verdict this load makes carries no timing, so it
+      // decides as no verdict does).
+      const std::optional<RuntimeVerdict> untimed = DecisionUntimed(kernels.name, request, verdict);
       std::unique_ptr<Stepper> native;
       if (verdict) {
         checkNote = RememberedCheckNote(*verdict, cache);
@@ -224,7 +225,7 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
           cache.Remember(*verdict, error);
         }
         // A remembered timing that chose the TorchScript runtime: nothing is packed.
-        if (verdict->agrees && !(rememberedDecision && !rememberedDecision->native)) {
+        if (verdict->agrees && !(untimed && !untimed->native)) {
           native = factory(
               NativeContext{WeightsOfModule(*model.module), request.fields, kernels, request.threads, request.kvBudgetBytes});
           clock.Lap("pack");
@@ -237,7 +238,6 @@ RuntimeChoice ChooseRuntime(LoadedModel& model, const RuntimeRequest& request) {
       }
       if (verdict->agrees) {
         RuntimeVerdict decision;
-        const std::optional<RuntimeVerdict> untimed = DecisionUntimed(kernels.name, request, verdict);
         if (untimed) {
           decision = *untimed;
           if (!decision.native) {  // a remembered timing that chose TorchScript
