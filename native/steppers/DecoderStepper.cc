@@ -98,12 +98,10 @@ PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const 
       views.push_back(&part);
       counts.push_back(static_cast<int>(rows[i]));
     }
-    if (dtype == WeightDtype::BF16 && type == WeightType::BF16 && Bf16InPlace()) return InPlace(views, bias);
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch(names[0] + ": a bias of another width");
-    PackedLinear packed(pointers, counts, SourceType(dtype), bias.empty() ? nullptr : bias.data(), static_cast<int>(n),
-                        static_cast<int>(k), type);
-    heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
-    return packed;
+    if (dtype == WeightDtype::BF16 && type == WeightType::BF16 && Bf16InPlace()) return InPlace(views, bias);
+    return Counted(PackedLinear(pointers, counts, SourceType(dtype), bias.empty() ? nullptr : bias.data(),
+                                static_cast<int>(n), static_cast<int>(k), type));
   }
   auto owners = std::make_shared<std::vector<std::shared_ptr<const void>>>();
   std::vector<const uint8_t*> pointers;
@@ -119,11 +117,9 @@ PackedLinear DecoderStepper::Stack(const std::vector<std::string>& names, const 
     owners->push_back(q->bytes.owner);
   }
   if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch(names[0] + ": a bias of another width");
-  PackedLinear packed(std::move(pointers), std::move(types), std::move(owners), bias.empty() ? nullptr : bias.data(),
-                      static_cast<int>(n), static_cast<int>(k));
   // The rows stay the module's tensors (released from the module once packed, kept alive here).
-  heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
-  return packed;
+  return Counted(PackedLinear(std::move(pointers), std::move(types), std::move(owners), bias.empty() ? nullptr : bias.data(),
+                              static_cast<int>(n), static_cast<int>(k)));
 }
 
 void DecoderStepper::SetShape(int layers, int kvHeads, int headDim, int embd, int vocab, int context,
@@ -203,25 +199,23 @@ PackedLinear DecoderStepper::InPlace(const std::vector<const WeightView*>& parts
     for (int64_t r = 0; r < part->size(0); ++r) pointers.push_back(base + r * k * 2);
     owners->push_back(part->owner);
   }
-  const int64_t n = static_cast<int64_t>(pointers.size());
-  if (!bias.empty() && static_cast<int64_t>(bias.size()) != n) Mismatch("a bias of another width than its weight");
-  PackedLinear rowsInPlace(std::move(pointers), std::vector<WeightType>(n, WeightType::BF16), std::move(owners),
-                           bias.empty() ? nullptr : bias.data(), static_cast<int>(n), static_cast<int>(k));
+  const int n = static_cast<int>(pointers.size());
   // The rows stay the checkpoint's tensors (kept alive here), as a quantized matrix's do.
-  heldBytes_ += static_cast<int64_t>(rowsInPlace.bytes() + rowsInPlace.panels() * 16 * sizeof(float));
-  return rowsInPlace;
+  return Counted(PackedLinear(std::move(pointers), std::vector<WeightType>(n, WeightType::BF16), std::move(owners),
+                              bias.empty() ? nullptr : bias.data(), n, static_cast<int>(k)));
 }
 
 PackedLinear DecoderStepper::Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type) {
-  if (weight.dtype == WeightDtype::BF16 && type == WeightType::BF16 && weight.shape.size() == 2 && Bf16InPlace()) {
-    return InPlace({&weight}, bias);
-  }
   if (weight.dtype == WeightDtype::U8 || weight.shape.size() != 2) Mismatch("a matrix that is not float32, bf16 or fp16 [n, k]");
   if (!bias.empty() && static_cast<int64_t>(bias.size()) != weight.size(0)) Mismatch("a bias of another width than its weight");
-  PackedLinear packed(weight.data, SourceType(weight.dtype), bias.empty() ? nullptr : bias.data(),
-                      static_cast<int>(weight.size(0)), static_cast<int>(weight.size(1)), type);
-  heldBytes_ += static_cast<int64_t>(packed.bytes() + packed.panels() * 16 * sizeof(float));
-  return packed;
+  if (weight.dtype == WeightDtype::BF16 && type == WeightType::BF16 && Bf16InPlace()) return InPlace({&weight}, bias);
+  return Counted(PackedLinear(weight.data, SourceType(weight.dtype), bias.empty() ? nullptr : bias.data(),
+                              static_cast<int>(weight.size(0)), static_cast<int>(weight.size(1)), type));
+}
+
+PackedLinear DecoderStepper::Counted(PackedLinear w) {
+  heldBytes_ += static_cast<int64_t>(w.bytes() + w.panels() * 16 * sizeof(float));
+  return w;
 }
 
 void DecoderStepper::Begin(int64_t batch) {
@@ -246,9 +240,10 @@ std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
   // Q4_0 and Q5_0 groups on every SIMD family (kernels-ab.sh, Zen 5: avx512_bf16 1-2 rows
   // 1.24-2.29x, 8-64 rows 1.06-1.09x), not on the baseline (its lane-at-a-time group is slower).
   const std::string family = kernels_.name;
+  const std::vector<PackedLinear*> products = Products();
   // bf16 matrices read where they lie (Bf16InPlace) are said so, as the layouts below are.
   int bf16InPlace = 0;
-  for (const PackedLinear* w : Products()) bf16InPlace += w->inPlace() && !w->quantized();
+  for (const PackedLinear* w : products) bf16InPlace += w->inPlace() && !w->quantized();
   std::string note;
   if (bf16InPlace > 0) {
     note = std::to_string(bf16InPlace) + " bf16 matrices read where they lie, not packed, by the " + family + " kernels";
@@ -256,7 +251,6 @@ std::string DecoderStepper::OwnWeights(RegroupCache* cache) {
   if (family == "baseline") return note;
   const bool q4k = FamilyRegroups(kernels_, WeightType::Q4_K), q8 = family == "avx2" || family == "avx512",
              q8Tiles = family == "amx" || family == "avx512_bf16";
-  const std::vector<PackedLinear*> products = Products();
   // The quantized rows more than one matrix reads (none in the layouts of today).
   std::vector<const uint8_t*> rows;
   for (const PackedLinear* w : products) {

@@ -74,9 +74,12 @@ class DecoderStepper : public Stepper {
   // through a float32 copy.
   PackedLinear Pack(const WeightView& weight, const std::vector<float>& bias, WeightType type);
   // bf16 matrices ([rows_i, k] each) stacked by rows and read where they lie, not packed
-  // (PackedLinear's bf16 rows in place), counted in WeightBytes() like Pack. Pack and Stack take
-  // this path for a bf16 weight of a bf16 checkpoint with SERVICE_BF16_WEIGHTS=in-place.
+  // (PackedLinear's bf16 rows in place), counted in WeightBytes() like Pack; `bias` (the rows'
+  // count, or none) checked by the caller. Pack and Stack take this path for a bf16 weight of a
+  // bf16 checkpoint with SERVICE_BF16_WEIGHTS=in-place.
   PackedLinear InPlace(const std::vector<const WeightView*>& parts, const std::vector<float>& bias);
+  // `w`, its bytes and bias counted in WeightBytes().
+  PackedLinear Counted(PackedLinear w);
   // The kernels' name of a weight's dtype, as packing reads it.
   static WeightType SourceType(WeightDtype dtype);
   // Lets go of the module's tensors once the packed weights are built: the runtime then
