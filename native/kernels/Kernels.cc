@@ -336,11 +336,7 @@ void PackedLinear::Row(int row, float* out) const {
   const int c = row % 16;
   if (grouped(row)) throw std::logic_error("PackedLinear::Row of an interleaved row: a looked-up table is not interleaved");
   if (inPlace() && type_ == WeightType::BF16) {
-    const uint16_t* bits = bf16Row(row);
-    for (int kk = 0; kk < k_; ++kk) {
-      const uint32_t wide = static_cast<uint32_t>(bits[kk]) << 16;
-      std::memcpy(out + kk, &wide, 4);
-    }
+    for (int kk = 0; kk < k_; ++kk) out[kk] = SourceValue(bf16Row(row), WeightType::BF16, kk);
     return;
   }
   if (quantized()) {
