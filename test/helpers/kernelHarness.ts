@@ -6,8 +6,9 @@
  */
 import { expect } from "chai";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
 import { repoRoot } from "./fixtures.js";
@@ -79,4 +80,23 @@ export function expectEveryFamilyClean(executable: string): void {
   if (/\bavx512bw\b/.test(cpu)) expect(ran).to.include("avx512");
   if (/\bavx512_bf16\b/.test(cpu)) expect(ran).to.include.members(["avx512_bf16", "amx"]);
   expect(lines.filter((l) => !/: \d+ cases, 0 differ$|: skipped, not on this CPU$/.test(l))).to.deep.equal([]);
+}
+
+/**
+ * A suite of one test, `claim`: test/native/cpp/`program` built in a directory of its own and its
+ * report held to expectEveryFamilyClean.
+ */
+export function describeEveryFamily(title: string, claim: string, program: string): void {
+  describe(title, function () {
+    this.timeout(300000);
+    let dir = "";
+    before(() => {
+      dir = mkdtempSync(join(tmpdir(), `${program.replace(/\.cc$/, "")}-`));
+    });
+    after(() => rmSync(dir, { recursive: true, force: true }));
+
+    it(claim, async () => {
+      expectEveryFamilyClean(await buildKernelHarness(program, dir));
+    });
+  });
 }

@@ -5,21 +5,10 @@
  * by test/helpers/kernelHarness.ts). Every family this CPU can run is checked; the others are
  * reported as skipped.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { describeEveryFamily } from "../helpers/kernelHarness.js";
 
-import { buildKernelHarness, expectEveryFamilyClean } from "../helpers/kernelHarness.js";
-
-describe("bf16 rows in place on every kernel family", function () {
-  this.timeout(300000);
-  let dir = "";
-  before(() => {
-    dir = mkdtempSync(join(tmpdir(), "bf16-rows-"));
-  });
-  after(() => rmSync(dir, { recursive: true, force: true }));
-
-  it("give the products of the packed panels, a row's alike whatever its batch, with every epilogue", async () => {
-    expectEveryFamilyClean(await buildKernelHarness("bf16-rows.cc", dir));
-  });
-});
+describeEveryFamily(
+  "bf16 rows in place on every kernel family",
+  "give the products of the packed panels, a row's alike whatever its batch, with every epilogue",
+  "bf16-rows.cc",
+);
